@@ -1,0 +1,308 @@
+"""Experiment configuration: four dataclasses (model, data, train, decode), YAML in and out.
+
+Every key is checked when a file is loaded: an unknown key, a wrong type or an out-of-range value
+raises :class:`ConfigError` naming the key (``model.d_model``) and what was expected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "ConfigError",
+    "ModelConfig",
+    "DataConfig",
+    "SpecAugmentConfig",
+    "TrainConfig",
+    "DecodeConfig",
+    "Config",
+    "load_config",
+    "save_config",
+    "apply_overrides",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message names the key."""
+
+
+@dataclass
+class ModelConfig:
+    """Dimensions and losses of the encoder-decoder (the 100 h LibriSpeech size by default)."""
+
+    input_dim: int = 80  # fbank bins
+    d_model: int = 256
+    heads: int = 4
+    ffn_dim: int = 2048
+    encoder_layers: int = 12
+    decoder_layers: int = 6
+    dropout: float = 0.1
+    frontend: str = "linear"  # "linear" (stack frames + Linear) or "conv2d" (two stride-2 3x3 convs)
+    stack: int = 4  # frames stacked by the linear frontend (its subsampling factor)
+    norm: str = "pre"  # "pre" (LayerNorm before each block) or "post" (the original Transformer)
+    vocab_size: int = 0  # 0: taken from the tokenizer at training start
+    ctc_weight: float = 0.3
+    label_smoothing: float = 0.1
+
+    def validate(self, prefix: str = "model") -> None:
+        _check(self.frontend in ("linear", "conv2d"), prefix, "frontend", "'linear' or 'conv2d'", self.frontend)
+        _check(self.norm in ("pre", "post"), prefix, "norm", "'pre' or 'post'", self.norm)
+        for k in ("input_dim", "d_model", "heads", "ffn_dim", "stack"):
+            _check(getattr(self, k) >= 1, prefix, k, "a positive integer", getattr(self, k))
+        for k in ("encoder_layers", "decoder_layers", "vocab_size"):
+            _check(getattr(self, k) >= 0, prefix, k, "an integer >= 0", getattr(self, k))
+        _check(self.d_model % self.heads == 0, prefix, "d_model", f"a multiple of heads={self.heads}", self.d_model)
+        _check(0.0 <= self.dropout < 1.0, prefix, "dropout", "a value in [0, 1)", self.dropout)
+        _check(0.0 <= self.ctc_weight <= 1.0, prefix, "ctc_weight", "a value in [0, 1]", self.ctc_weight)
+        _check(0.0 <= self.label_smoothing < 1.0, prefix, "label_smoothing", "a value in [0, 1)", self.label_smoothing)
+        if self.ctc_weight < 1.0:
+            _check(self.decoder_layers >= 1, prefix, "decoder_layers", ">= 1 unless ctc_weight is 1", 0)
+
+
+@dataclass
+class SpecAugmentConfig:
+    """SpecAugment (Park et al. 2019) on the batch, training only. Widths are maximum widths."""
+
+    freq_masks: int = 2
+    freq_width: int = 27
+    time_masks: int = 2
+    time_width: float = 0.05  # < 1: share of the utterance's frames; >= 1: frames
+    time_warp: int = 0  # maximum warp in frames; 0 disables it
+
+    def validate(self, prefix: str = "data.specaugment") -> None:
+        for k in ("freq_masks", "freq_width", "time_masks", "time_warp"):
+            _check(getattr(self, k) >= 0, prefix, k, "an integer >= 0", getattr(self, k))
+        _check(self.time_width >= 0, prefix, "time_width", "a value >= 0", self.time_width)
+
+
+@dataclass
+class DataConfig:
+    """Where the data is and how it becomes batches."""
+
+    train: str = ""  # manifest (JSON Lines)
+    dev: str = ""
+    tokenizer: str = ""  # tokenizer directory (SentencePiece model)
+    cmvn: str = ""  # global CMVN statistics (JSON); empty: computed from the training manifest
+    normalizer: str = "librispeech"  # text normalisation, see asr.text
+    sample_rate: int = 16000
+    num_mel_bins: int = 80
+    dither: float = 0.0  # Kaldi dither during training (0 = off)
+    max_frames: int = 20000  # fbank frames (10 ms) per batch, padding included
+    max_utterances: int = 64
+    max_duration: float = 30.0  # seconds; longer utterances are dropped at load (counted)
+    num_buckets: int = 30
+    speed_perturb: list[float] = field(default_factory=list)  # e.g. [0.9, 1.0, 1.1]; empty: off
+    specaugment: SpecAugmentConfig | None = field(default_factory=SpecAugmentConfig)
+    num_workers: int = 2
+    max_skip_ratio: float = 0.01  # an epoch fails when more than this share of files is unreadable
+
+    def validate(self, prefix: str = "data") -> None:
+        _check(self.sample_rate > 0, prefix, "sample_rate", "a positive integer", self.sample_rate)
+        _check(self.num_mel_bins > 0, prefix, "num_mel_bins", "a positive integer", self.num_mel_bins)
+        _check(self.max_frames > 0, prefix, "max_frames", "a positive integer", self.max_frames)
+        _check(self.max_utterances > 0, prefix, "max_utterances", "a positive integer", self.max_utterances)
+        _check(self.max_duration > 0, prefix, "max_duration", "a positive number", self.max_duration)
+        _check(self.num_buckets > 0, prefix, "num_buckets", "a positive integer", self.num_buckets)
+        _check(self.num_workers >= 0, prefix, "num_workers", "an integer >= 0", self.num_workers)
+        _check(all(f > 0 for f in self.speed_perturb), prefix, "speed_perturb", "positive factors", self.speed_perturb)
+        _check(0.0 <= self.max_skip_ratio <= 1.0, prefix, "max_skip_ratio", "a value in [0, 1]", self.max_skip_ratio)
+        if self.specaugment is not None:
+            self.specaugment.validate(f"{prefix}.specaugment")
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation, precision, checkpoints and logging."""
+
+    seed: int = 42
+    epochs: int = 100
+    max_steps: int = 0  # optimiser steps; 0: no limit beyond epochs
+    optimizer: str = "adamw"  # "adam" or "adamw"
+    lr: float = 0.002  # peak learning rate
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    eps: float = 1e-9
+    weight_decay: float = 0.0
+    scheduler: str = "noam"  # "noam" (inverse square root after linear warmup), "cosine", "constant"
+    warmup_steps: int = 25000
+    min_lr: float = 0.0  # floor of the cosine schedule
+    grad_clip: float = 5.0  # max gradient norm; 0 disables clipping
+    accum_grad: int = 1
+    precision: str = "auto"  # "auto" (bf16 on GPUs that have it, else fp16; fp32 on CPU), "bf16", "fp16", "fp32"
+    log_interval: int = 100  # steps between JSON Lines log records
+    checkpoint_interval: int = 1000  # steps between mid-epoch checkpoints; 0: only at epoch ends
+    keep_last: int = 5  # step/epoch checkpoints kept on disk
+    keep_best: int = 10  # best epoch checkpoints remembered (and kept) by best_metric
+    best_metric: str = "dev_loss"  # "dev_loss", "dev_acc" or "dev_wer"
+    max_bad_steps: int = 5  # consecutive non-finite losses before the run aborts
+    dev_wer: bool = True  # greedy WER on the dev set at each epoch end
+
+    def validate(self, prefix: str = "train") -> None:
+        _check(self.optimizer in ("adam", "adamw"), prefix, "optimizer", "'adam' or 'adamw'", self.optimizer)
+        sched = ("noam", "cosine", "constant")
+        _check(self.scheduler in sched, prefix, "scheduler", " or ".join(map(repr, sched)), self.scheduler)
+        prec = ("auto", "bf16", "fp16", "fp32")
+        _check(self.precision in prec, prefix, "precision", " or ".join(map(repr, prec)), self.precision)
+        metrics = ("dev_loss", "dev_acc", "dev_wer")
+        _check(self.best_metric in metrics, prefix, "best_metric", " or ".join(map(repr, metrics)), self.best_metric)
+        _check(self.lr > 0, prefix, "lr", "a positive number", self.lr)
+        _check(len(self.betas) == 2, prefix, "betas", "two numbers", self.betas)
+        for k in ("epochs", "accum_grad", "log_interval", "keep_last", "max_bad_steps"):
+            _check(getattr(self, k) >= 1, prefix, k, "a positive integer", getattr(self, k))
+        for k in ("max_steps", "warmup_steps", "checkpoint_interval", "keep_best"):
+            _check(getattr(self, k) >= 0, prefix, k, "an integer >= 0", getattr(self, k))
+        _check(self.grad_clip >= 0, prefix, "grad_clip", "a value >= 0", self.grad_clip)
+
+
+@dataclass
+class DecodeConfig:
+    """Search settings used by ``asr decode`` / ``asr transcribe`` unless the command line overrides them."""
+
+    mode: str = "attention"  # "attention" (beam/greedy with optional CTC), "ctc_greedy", "ctc_beam", "rescore"
+    beam_size: int = 10
+    ctc_weight: float = 0.3
+    length_penalty: float = 0.0  # bonus added per emitted token
+    length_norm: bool = False  # rank finished hypotheses by score / length
+    max_len_ratio: float = 1.0  # maximum output tokens = ratio * encoder frames
+    max_frames: int = 30000  # fbank frames per decoding batch
+
+    def validate(self, prefix: str = "decode") -> None:
+        modes = ("attention", "ctc_greedy", "ctc_beam", "rescore")
+        _check(self.mode in modes, prefix, "mode", " or ".join(map(repr, modes)), self.mode)
+        _check(self.beam_size >= 1, prefix, "beam_size", "a positive integer", self.beam_size)
+        _check(0.0 <= self.ctc_weight <= 1.0, prefix, "ctc_weight", "a value in [0, 1]", self.ctc_weight)
+        _check(self.max_len_ratio > 0, prefix, "max_len_ratio", "a positive number", self.max_len_ratio)
+        _check(self.max_frames > 0, prefix, "max_frames", "a positive integer", self.max_frames)
+
+
+@dataclass
+class Config:
+    """One experiment: everything ``asr train`` needs, saved beside the checkpoints."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def validate(self) -> Config:
+        self.model.validate()
+        self.data.validate()
+        self.train.validate()
+        self.decode.validate()
+        if self.data.num_mel_bins != self.model.input_dim:
+            raise ConfigError(
+                f"model.input_dim: expected data.num_mel_bins={self.data.num_mel_bins}, got {self.model.input_dim}"
+            )
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _check(ok: bool, prefix: str, key: str, expected: str, got: Any) -> None:
+    if not ok:
+        raise ConfigError(f"{prefix}.{key}: expected {expected}, got {got!r}")
+
+
+def _convert(value: Any, tp: Any, key: str) -> Any:
+    """Check ``value`` against the annotation ``tp`` (ints widen to floats); return the typed value."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(value, inner, key)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return from_dict(tp, value, key)
+    if origin is list:
+        (inner,) = typing.get_args(tp)
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return [_convert(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported config annotation {tp} for {key}")
+
+
+def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    """Build dataclass ``cls`` from a mapping, rejecting unknown keys and wrong types by name."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for k, v in data.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if k not in names:
+            raise ConfigError(f"{key}: unknown key (known: {', '.join(sorted(names))})")
+        kwargs[k] = _convert(v, hints[k], key)
+    return cls(**kwargs)
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``section.key=value`` strings (values parsed as YAML) to a nested mapping, in place."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. train.lr=0.001")
+        key, raw = item.split("=", 1)
+        parts = key.strip().split(".")
+        node = data
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {key}: {p} is not a section")
+        try:
+            node[parts[-1]] = yaml.safe_load(raw)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({e})") from e
+    return data
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> Config:
+    """Read a YAML experiment file (missing sections take defaults), apply ``--set`` overrides, validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"{p}: no such config file")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p}: not valid YAML ({e})") from e
+        if not isinstance(data, dict):
+            raise ConfigError(f"{p}: expected a mapping with sections model/data/train/decode")
+    apply_overrides(data, overrides or [])
+    try:
+        return from_dict(Config, data).validate()
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}" if path else str(e)) from None
+
+
+def save_config(cfg: Config, path: str | os.PathLike) -> None:
+    """Write the resolved configuration as YAML (atomic rename)."""
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    os.replace(tmp, p)

@@ -1,0 +1,25 @@
+"""The model: CMVN, frontends, attention, Transformer encoder/decoder with KV cache, losses."""
+
+from .asr_model import BLANK_ID, IGNORE_ID, UNK_ID, ASRModel
+from .attention import MultiHeadAttention, SinusoidalPositions, causal_keep_mask, lengths_to_keep_mask
+from .cmvn import CMVNStats, GlobalCMVN
+from .frontend import Conv2dFrontend, LinearStackFrontend
+from .transformer import Decoder, DecoderCache, Encoder
+
+__all__ = [
+    "ASRModel",
+    "BLANK_ID",
+    "UNK_ID",
+    "IGNORE_ID",
+    "MultiHeadAttention",
+    "SinusoidalPositions",
+    "causal_keep_mask",
+    "lengths_to_keep_mask",
+    "CMVNStats",
+    "GlobalCMVN",
+    "Conv2dFrontend",
+    "LinearStackFrontend",
+    "Decoder",
+    "DecoderCache",
+    "Encoder",
+]

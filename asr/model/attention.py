@@ -1,0 +1,109 @@
+"""Multi-head attention through ``scaled_dot_product_attention``, masks from lengths, positions.
+
+Mask convention everywhere in ``asr.model``: boolean ``keep_mask`` tensors, True where attention
+is allowed (SDPA's own convention), broadcastable to (B, heads, L_query, L_key).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["MultiHeadAttention", "lengths_to_keep_mask", "causal_keep_mask", "SinusoidalPositions"]
+
+
+def lengths_to_keep_mask(lens: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
+    """(B,) lengths to a (B, max_len) mask, True on real frames."""
+    max_len = int(lens.max()) if max_len is None else max_len
+    return torch.arange(max_len, device=lens.device) < lens.unsqueeze(1)
+
+
+def causal_keep_mask(length: int, device: torch.device | None = None) -> torch.Tensor:
+    """(L, L) mask, True where the key position is not after the query position."""
+    return torch.ones(length, length, dtype=torch.bool, device=device).tril()
+
+
+class SinusoidalPositions(nn.Module):
+    """The original Transformer's positions: sin on even, cos on odd dimensions, base 10000.
+
+    ``forward`` scales its input by sqrt(d_model) and adds the positions from ``offset`` on.
+    """
+
+    def __init__(self, d_model: int, dropout: float = 0.0, max_len: int = 5000):
+        super().__init__()
+        self.d_model = d_model
+        self.scale = math.sqrt(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("table", self._table(max_len), persistent=False)
+
+    def _table(self, length: int) -> torch.Tensor:
+        pos = torch.arange(length, dtype=torch.float32).unsqueeze(1)
+        inv = torch.exp(torch.arange(0, self.d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / self.d_model))
+        table = torch.zeros(length, self.d_model)
+        table[:, 0::2] = torch.sin(pos * inv)
+        table[:, 1::2] = torch.cos(pos * inv)
+        return table  # (max_len, D)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:  # (B, L, D)
+        end = offset + x.shape[1]
+        if end > self.table.shape[0]:
+            self.table = self._table(max(end, 2 * self.table.shape[0])).to(self.table.device)
+        return self.dropout(x * self.scale + self.table[offset:end].to(x.dtype))
+
+
+class MultiHeadAttention(nn.Module):
+    """Self- or cross-attention. Self-attention projects Q, K, V with one fused Linear.
+
+    ``past`` (self-attention only) is the (K, V) of earlier positions, (N, H, t, d_k) each; the
+    new (K, V), past included, is returned so a decoder can grow its cache one step at a time.
+    Cross-attention takes precomputed (K, V) of the encoder output from :meth:`project_kv`.
+    """
+
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, cross: bool = False):
+        super().__init__()
+        self.heads = heads
+        self.d_k = d_model // heads
+        self.cross = cross
+        self.dropout = dropout
+        if cross:
+            self.q = nn.Linear(d_model, d_model)
+            self.kv = nn.Linear(d_model, 2 * d_model)
+        else:
+            self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def _split(self, x: torch.Tensor, parts: int) -> torch.Tensor:
+        b, l, _ = x.shape
+        return x.view(b, l, parts, self.heads, self.d_k).permute(2, 0, 3, 1, 4)  # (parts, B, H, L, d_k)
+
+    def project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of the encoder output, (B, H, S, d_k) each: computed once per utterance."""
+        k, v = self._split(self.kv(memory), 2)
+        return k, v
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        keep_mask: torch.Tensor | None = None,
+        kv: tuple[torch.Tensor, torch.Tensor] | None = None,
+        past: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+        b, l, d = x.shape
+        if self.cross:
+            assert kv is not None, "cross-attention needs the memory's keys and values"
+            q = self._split(self.q(x), 1)[0]
+            k, v = kv
+            new_kv = None
+        else:
+            q, k, v = self._split(self.qkv(x), 3)
+            if past is not None:
+                k = torch.cat([past[0], k], dim=2)
+                v = torch.cat([past[1], v], dim=2)
+            new_kv = (k, v)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=keep_mask, dropout_p=self.dropout if self.training else 0.0
+        )  # (B, H, L, d_k)
+        return self.out(y.transpose(1, 2).reshape(b, l, d)), new_kv

@@ -1,0 +1,161 @@
+"""Transformer encoder and decoder layers, the decoder's KV cache, and the two stacks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import MultiHeadAttention, SinusoidalPositions, causal_keep_mask, lengths_to_keep_mask
+
+__all__ = ["Encoder", "Decoder", "DecoderCache"]
+
+
+class FeedForward(nn.Sequential):
+    """Position-wise FFN: Linear, ReLU, dropout, Linear."""
+
+    def __init__(self, d_model: int, ffn_dim: int, dropout: float):
+        super().__init__(nn.Linear(d_model, ffn_dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ffn_dim, d_model))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then FFN, each with a residual and LayerNorm (before: pre-norm; after: post-norm)."""
+
+    def __init__(self, d_model: int, heads: int, ffn_dim: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.pre_norm = pre_norm
+        self.attn = MultiHeadAttention(d_model, heads, dropout)
+        self.ffn = FeedForward(d_model, ffn_dim, dropout)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, keep_mask: torch.Tensor) -> torch.Tensor:
+        if self.pre_norm:
+            x = x + self.dropout(self.attn(self.norm1(x), keep_mask)[0])
+            return x + self.dropout(self.ffn(self.norm2(x)))
+        x = self.norm1(x + self.dropout(self.attn(x, keep_mask)[0]))
+        return self.norm2(x + self.dropout(self.ffn(x)))
+
+
+class Encoder(nn.Module):
+    """Positions, then N encoder layers whose self-attention sees only each utterance's own frames."""
+
+    def __init__(self, d_model: int, heads: int, ffn_dim: int, layers: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.pos = SinusoidalPositions(d_model, dropout)
+        self.layers = nn.ModuleList(EncoderLayer(d_model, heads, ffn_dim, dropout, pre_norm) for _ in range(layers))
+        self.norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
+
+    def forward(self, x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:  # (B, T, D), (B,)
+        keep = lengths_to_keep_mask(lens, x.shape[1])[:, None, None, :]  # (B, 1, 1, T)
+        x = self.pos(x)
+        for layer in self.layers:
+            x = layer(x, keep)
+        return self.norm(x)  # (B, T, D)
+
+
+@dataclass
+class DecoderCache:
+    """What incremental decoding keeps between steps, for N hypotheses.
+
+    ``self_kv[i]``: layer i's self-attention keys/values of all tokens so far, (N, H, t, d_k);
+    ``cross_kv[i]``: its cross-attention keys/values of the encoder output, (N, H, S, d_k),
+    computed once; ``memory_keep``: (N, 1, 1, S), True on real encoder frames.
+    """
+
+    self_kv: list[tuple[torch.Tensor, torch.Tensor] | None]
+    cross_kv: list[tuple[torch.Tensor, torch.Tensor]]
+    memory_keep: torch.Tensor
+
+    @property
+    def length(self) -> int:
+        first = self.self_kv[0] if self.self_kv else None
+        return 0 if first is None else first[0].shape[2]
+
+    def index_select(self, index: torch.Tensor, cross_index: torch.Tensor | None = None) -> DecoderCache:
+        """Keep (and reorder or repeat) hypotheses ``index``, e.g. the parents of surviving beams.
+
+        ``cross_index`` selects the cross-attention entries separately; by default ``index`` too.
+        """
+        ci = index if cross_index is None else cross_index
+        return DecoderCache(
+            self_kv=[None if kv is None else (kv[0][index], kv[1][index]) for kv in self.self_kv],
+            cross_kv=[(k[ci], v[ci]) for k, v in self.cross_kv],
+            memory_keep=self.memory_keep[ci],
+        )
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention, cross-attention on the encoder output, FFN; residual + LayerNorm each."""
+
+    def __init__(self, d_model: int, heads: int, ffn_dim: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.pre_norm = pre_norm
+        self.self_attn = MultiHeadAttention(d_model, heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, heads, dropout, cross=True)
+        self.ffn = FeedForward(d_model, ffn_dim, dropout)
+        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(3))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, self_keep, cross_kv, memory_keep, past=None):
+        n1, n2, n3 = self.norms
+        if self.pre_norm:
+            h, new_kv = self.self_attn(n1(x), self_keep, past=past)
+            x = x + self.dropout(h)
+            x = x + self.dropout(self.cross_attn(n2(x), memory_keep, kv=cross_kv)[0])
+            return x + self.dropout(self.ffn(n3(x))), new_kv
+        h, new_kv = self.self_attn(x, self_keep, past=past)
+        x = n1(x + self.dropout(h))
+        x = n2(x + self.dropout(self.cross_attn(x, memory_keep, kv=cross_kv)[0]))
+        return n3(x + self.dropout(self.ffn(x))), new_kv
+
+
+class Decoder(nn.Module):
+    """Token embedding (tied with the output layer), positions, M decoder layers, logits."""
+
+    def __init__(
+        self, vocab_size: int, d_model: int, heads: int, ffn_dim: int, layers: int, dropout: float, pre_norm: bool
+    ):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, d_model)
+        nn.init.normal_(self.embed.weight, std=d_model**-0.5)
+        self.pos = SinusoidalPositions(d_model, dropout)
+        self.layers = nn.ModuleList(DecoderLayer(d_model, heads, ffn_dim, dropout, pre_norm) for _ in range(layers))
+        self.norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.norm(x), self.embed.weight)  # tied output projection, (.., V)
+
+    def init_cache(self, memory: torch.Tensor, memory_lens: torch.Tensor) -> DecoderCache:
+        """Cross-attention keys/values of every layer for ``memory`` (N, S, D), computed once."""
+        keep = lengths_to_keep_mask(memory_lens, memory.shape[1])[:, None, None, :]
+        return DecoderCache(
+            self_kv=[None] * len(self.layers),
+            cross_kv=[layer.cross_attn.project_kv(memory) for layer in self.layers],
+            memory_keep=keep,
+        )
+
+    def forward(self, tokens: torch.Tensor, memory: torch.Tensor, memory_lens: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced logits (B, U, V) for input tokens (B, U) (padding after each sequence's end)."""
+        cache = self.init_cache(memory, memory_lens)
+        x = self.pos(self.embed(tokens))  # (B, U, D)
+        self_keep = causal_keep_mask(tokens.shape[1], tokens.device)
+        for layer, ckv in zip(self.layers, cache.cross_kv, strict=True):
+            x, _ = layer(x, self_keep, ckv, cache.memory_keep)
+        return self.logits(x)
+
+    def step(self, tokens: torch.Tensor, cache: DecoderCache) -> tuple[torch.Tensor, DecoderCache]:
+        """Logits (N, V) for the next token after ``tokens`` (N,), the newest token of each hypothesis.
+
+        Returns a new cache holding the self-attention keys/values with this token appended.
+        """
+        offset = cache.length
+        x = self.pos(self.embed(tokens.unsqueeze(1)), offset)  # (N, 1, D)
+        new_self = []
+        for layer, past, ckv in zip(self.layers, cache.self_kv, cache.cross_kv, strict=True):
+            x, kv = layer(x, None, ckv, cache.memory_keep, past=past)
+            new_self.append(kv)
+        return self.logits(x[:, 0]), DecoderCache(new_self, cache.cross_kv, cache.memory_keep)
