@@ -103,14 +103,15 @@ def fbank(
 
     Kaldi's defaults: 25 ms windows every 10 ms, povey window, pre-emphasis 0.97, DC removal,
     snip edges, power spectrum, energy floor 0. The signal is scaled to int16 range first, as
-    Kaldi reads integer PCM.
+    Kaldi reads integer PCM. Computed in float64 (then returned as float32): in float32 the
+    log of a nearly empty mel band drifts by up to 3e-3 from Kaldi's; in float64 it stays within 1e-3.
     """
     if waveform.dim() != 1:
         raise ValueError(f"fbank expects a 1-D waveform, got shape {tuple(waveform.shape)}")
     if waveform.numel() < int(sample_rate * FRAME_LENGTH_MS / 1000):
         raise AudioError(None, f"too short for one frame: {waveform.numel()} samples at {sample_rate} Hz")
     return kaldi.fbank(
-        waveform.to(torch.float32).unsqueeze(0) * 32768.0,
+        waveform.to(torch.float64).unsqueeze(0) * 32768.0,
         sample_frequency=float(sample_rate),
         num_mel_bins=num_mel_bins,
         frame_length=FRAME_LENGTH_MS,
@@ -121,7 +122,7 @@ def fbank(
         preemphasis_coefficient=0.97,
         remove_dc_offset=True,
         snip_edges=True,
-    )
+    ).to(torch.float32)
 
 
 def num_frames(num_samples: int, sample_rate: int = 16000) -> int:

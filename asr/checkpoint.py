@@ -95,7 +95,9 @@ def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu")
         state = state["model"]
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise ValueError(f"{d / MODEL_FILE}: weights do not fit the config (missing {missing}, unexpected {unexpected})")
+        raise ValueError(
+            f"{d / MODEL_FILE}: weights do not fit the config (missing {missing}, unexpected {unexpected})"
+        )
     model.config = cfg
     model.tokenizer = None
     if (d / TOKENIZER_FILE).is_file():

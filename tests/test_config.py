@@ -1,0 +1,56 @@
+"""Configs load, override and fail with errors that name the key or file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from asr.config import Config, ConfigError, load_config, save_config
+from asr.model import ASRModel
+
+CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_shipped_configs_load_and_build(path):
+    cfg = load_config(path, ["model.vocab_size=100"])
+    assert ASRModel(cfg.model).num_parameters() > 0
+
+
+def test_overrides_and_roundtrip(tmp_path):
+    cfg = load_config(None, ["train.lr=0.001", "model.frontend=conv2d", "data.speed_perturb=[0.9, 1.0, 1.1]"])
+    assert cfg.train.lr == 0.001 and cfg.model.frontend == "conv2d" and cfg.data.speed_perturb == [0.9, 1.0, 1.1]
+    save_config(cfg, tmp_path / "c.yaml")
+    assert load_config(tmp_path / "c.yaml") == cfg
+    assert isinstance(cfg, Config)
+
+
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        (["model.dmodel=3"], r"model\.dmodel: unknown key"),
+        (["model.d_model=abc"], r"model\.d_model: expected an integer"),
+        (["model.frontend=lstm"], r"model\.frontend: expected 'linear' or 'conv2d'"),
+        (["model.d_model=100", "model.heads=3"], r"model\.d_model: expected a multiple of heads=3"),
+        (["train.lr=-1"], r"train\.lr: expected a positive number"),
+        (["data.specaugment.freq_masks=-1"], r"data\.specaugment\.freq_masks"),
+        (["nosection.x=1"], r"nosection: unknown key"),
+        (["train.lr"], r"expected KEY=VALUE"),
+    ],
+)
+def test_bad_values_name_the_key(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(None, overrides)
+
+
+def test_broken_files_name_the_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [unclosed\n")
+    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
+        load_config(bad)
+    bad.write_text("model:\n  heads: 4.5\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: model\.heads: expected an integer"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(tmp_path / "missing.yaml")
