@@ -1,0 +1,379 @@
+"""From manifest records to padded batches: on-the-fly features, filtering, SpecAugment, CMVN stats.
+
+One utterance (in a DataLoader worker): load (offset/end) -> speed perturbation (training) ->
+Kaldi fbank (dither in training) -> normalise and tokenize the text. ``collate`` pads a list of
+utterances into a :class:`Batch`; ``spec_augment`` masks a batch (training only, on any device).
+Everything random is a pure function of (seed, epoch, utterance) or of an explicit generator, so a
+resumed run sees the same data.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+from torch.utils.data import DataLoader, Dataset
+from tqdm import tqdm
+
+from ..audio import AudioError, fbank, load_audio, num_frames, speed_perturb
+from ..config import DataConfig, SpecAugmentConfig
+from ..text import Tokenizer, normalize
+
+__all__ = [
+    "ASRDataset",
+    "Batch",
+    "DataError",
+    "collate",
+    "spec_augment",
+    "filter_records",
+    "check_skip_ratio",
+    "ctc_min_frames",
+    "compute_cmvn_stats",
+]
+
+log = logging.getLogger(__name__)
+
+
+class DataError(ValueError):
+    """Data that cannot be trained on as configured (e.g. too many unreadable files)."""
+
+
+@dataclass
+class Batch:
+    """A padded batch. Padding is described by the lengths; pad values are 0."""
+
+    ids: list[str]
+    feats: torch.Tensor  # (B, T, F) float32
+    feat_lens: torch.Tensor  # (B,) long
+    tokens: torch.Tensor  # (B, U) long, 0-padded
+    token_lens: torch.Tensor  # (B,) long
+    durations: list[float] = field(default_factory=list)  # seconds of audio after speed perturbation
+    skipped: int = 0  # utterances of this batch dropped because their audio could not be read
+    skipped_ids: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+        def mv(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device, non_blocking=non_blocking)
+
+        return Batch(self.ids, mv(self.feats), mv(self.feat_lens), mv(self.tokens), mv(self.token_lens),
+                     self.durations, self.skipped, self.skipped_ids)
+
+    def pin_memory(self) -> Batch:  # called by DataLoader(pin_memory=True)
+        return Batch(self.ids, self.feats.pin_memory(), self.feat_lens.pin_memory(), self.tokens.pin_memory(),
+                     self.token_lens.pin_memory(), self.durations, self.skipped, self.skipped_ids)
+
+
+class ASRDataset(Dataset):
+    """Manifest records -> ``{"id", "feats" (T, F), "tokens" (U,), "duration", "speed"}``, or None.
+
+    None means the audio could not be read: the file is logged by name and ``collate`` counts it
+    in ``Batch.skipped``. In training (``train=True``) the speed factor of each utterance is drawn
+    from ``data_cfg.speed_perturb`` as a function of (seed, epoch, index) and fbank dither uses
+    a generator seeded the same way, so call :meth:`set_epoch` before each epoch (and do not use
+    ``persistent_workers``, whose copies would keep the old epoch).
+    """
+
+    def __init__(
+        self, records: Sequence[dict[str, Any]], tokenizer: Tokenizer, data_cfg: DataConfig, train: bool,
+        seed: int = 0,
+    ):
+        self.records = list(records)
+        self.tokenizer = tokenizer
+        self.cfg = data_cfg
+        self.train = train
+        self.seed = seed
+        self.epoch = 0
+        self.speed_factors = list(data_cfg.speed_perturb) if train else []
+        self.dither = data_cfg.dither if train else 0.0
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @property
+    def durations(self) -> list[float]:
+        """Manifest durations (seconds), in record order: what the batch sampler sorts by."""
+        return [r["duration"] for r in self.records]
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _rng(self, index: int) -> random.Random:
+        return random.Random(f"{self.seed}:{self.epoch}:{index}")
+
+    def speed_factor(self, index: int) -> float:
+        """The speed factor utterance ``index`` gets this epoch (1.0 when perturbation is off)."""
+        if not self.speed_factors:
+            return 1.0
+        return self._rng(index).choice(self.speed_factors)
+
+    def tokens(self, text: str) -> list[int]:
+        return self.tokenizer.encode(normalize(text, self.cfg.normalizer))
+
+    def __getitem__(self, index: int) -> dict[str, Any] | None:
+        rec = self.records[index]
+        sr = self.cfg.sample_rate
+        factor = self.speed_factor(index)
+        try:
+            wav = load_audio(rec["audio"], sr, rec.get("offset", 0.0), rec.get("end"))  # (N,)
+            wav = speed_perturb(wav, sr, factor)
+            if self.dither > 0:
+                with torch.random.fork_rng(devices=[]):  # Kaldi dither draws from the global RNG
+                    torch.manual_seed(self._rng(index).getrandbits(63))
+                    feats = fbank(wav, sr, self.cfg.num_mel_bins, self.dither)  # (T, F)
+            else:
+                feats = fbank(wav, sr, self.cfg.num_mel_bins)  # (T, F)
+        except AudioError as e:
+            log.warning("skipping utterance %s: %s", rec["id"], e)
+            return None
+        return {
+            "id": rec["id"],
+            "feats": feats,
+            "tokens": torch.tensor(self.tokens(rec["text"]), dtype=torch.long),  # (U,)
+            "duration": wav.numel() / sr,
+            "speed": factor,
+        }
+
+
+def collate(items: Sequence[dict[str, Any] | None]) -> Batch:
+    """Pad utterances into a :class:`Batch`; None items (unreadable audio) are counted in ``skipped``."""
+    good = [it for it in items if it is not None]
+    skipped = len(items) - len(good)
+    if not good:
+        empty = torch.zeros(0, dtype=torch.long)
+        return Batch([], torch.zeros(0, 0, 0), empty, torch.zeros(0, 0, dtype=torch.long), empty, [], skipped)
+    feats = pad_sequence([it["feats"] for it in good], batch_first=True)  # (B, T, F)
+    tokens = pad_sequence([it["tokens"] for it in good], batch_first=True, padding_value=0)  # (B, U)
+    return Batch(
+        ids=[it["id"] for it in good],
+        feats=feats,
+        feat_lens=torch.tensor([it["feats"].shape[0] for it in good], dtype=torch.long),
+        tokens=tokens,
+        token_lens=torch.tensor([it["tokens"].numel() for it in good], dtype=torch.long),
+        durations=[it["duration"] for it in good],
+        skipped=skipped,
+    )
+
+
+def check_skip_ratio(skipped: int, total: int, max_ratio: float, what: str = "epoch") -> None:
+    """Raise :class:`DataError` when more than ``max_ratio`` of ``total`` utterances were unreadable."""
+    if total > 0 and skipped / total > max_ratio:
+        raise DataError(
+            f"{what}: {skipped} of {total} utterances ({100 * skipped / total:.2f}%) had unreadable audio, "
+            f"more than data.max_skip_ratio={max_ratio} allows; the files are named in the log above"
+        )
+
+
+# --------------------------------------------------------------------------------------------- SpecAugment
+
+
+def _uniform(shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
+    """U[0, 1) drawn on the generator's device (a CPU generator can drive a GPU batch), moved to ``device``."""
+    gdev = generator.device if generator is not None else device
+    return torch.rand(shape, generator=generator, device=gdev).to(device)
+
+
+def _time_warp(
+    x: torch.Tensor, lens: torch.Tensor, max_warp: int, generator: torch.Generator | None
+) -> torch.Tensor:
+    """Move a random point c of each utterance to c + U[-W, W], stretching both sides linearly.
+
+    Utterances too short for the warp (length <= 2W + 1) are left as they are; padding frames
+    are never read or moved.
+    """
+    b, t, _ = x.shape
+    dev = x.device
+    lens = lens.to(dev)
+    u = _uniform((b, 2), generator, dev)
+    ok = lens > 2 * max_warp + 1
+    lf = lens.clamp_min(2 * max_warp + 2).float()
+    centre = max_warp + (u[:, 0] * (lf - 2 * max_warp)).floor()  # in [W, L - W)
+    moved = (centre + (u[:, 1] * (2 * max_warp + 1)).floor() - max_warp).clamp(1, lf - 2)
+    pos = torch.arange(t, device=dev, dtype=torch.float32).unsqueeze(0)  # (1, T)
+    c, w, L = centre.unsqueeze(1), moved.unsqueeze(1), lf.unsqueeze(1)
+    src = torch.where(pos < w, pos * c / w, c + (pos - w) * (L - 1 - c) / (L - 1 - w).clamp_min(1))  # (B, T)
+    inside = ok.unsqueeze(1) & (pos < lens.unsqueeze(1))
+    src = torch.where(inside, src, pos)
+    lo = src.floor().long().clamp(0, t - 1)
+    hi = torch.minimum(lo + 1, (lens.unsqueeze(1) - 1).clamp_min(0)).clamp(0, t - 1)
+    frac = (src - lo.float()).clamp(0, 1).unsqueeze(-1)  # (B, T, 1)
+    idx_lo = lo.unsqueeze(-1).expand_as(x)
+    idx_hi = hi.unsqueeze(-1).expand_as(x)
+    return x.gather(1, idx_lo) * (1 - frac) + x.gather(1, idx_hi) * frac
+
+
+def _band_mask(
+    size: int, count: int, max_width: torch.Tensor, limit: torch.Tensor, generator: torch.Generator | None,
+    device: torch.device,
+) -> torch.Tensor:
+    """(B, size) True inside ``count`` random bands per row, each of width U{0..max_width} inside [0, limit)."""
+    b = limit.shape[0]
+    u = _uniform((b, count, 2), generator, device)
+    width = (u[..., 0] * (max_width.unsqueeze(1) + 1)).floor().minimum(limit.unsqueeze(1))  # (B, n)
+    start = (u[..., 1] * (limit.unsqueeze(1) - width + 1)).floor()  # (B, n)
+    pos = torch.arange(size, device=device).view(1, 1, size)
+    inside = (pos >= start.unsqueeze(-1)) & (pos < (start + width).unsqueeze(-1))  # (B, n, size)
+    return inside.any(dim=1)
+
+
+def spec_augment(
+    feats: torch.Tensor,
+    feat_lens: torch.Tensor,
+    cfg: SpecAugmentConfig,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """SpecAugment (Park et al., 2019) on a padded batch (B, T, F): time warp, frequency and time masks.
+
+    Masked values are set to 0, as in ESPnet and WeNet (features are raw fbank; CMVN is in the
+    model). Time masks are as wide as ``cfg.time_width`` (frames, or a share of each utterance's
+    own length when < 1) and stay inside the utterance. Returns a new tensor.
+    """
+    if feats.dim() != 3:
+        raise ValueError(f"spec_augment expects (B, T, F) features, got shape {tuple(feats.shape)}")
+    b, t, f = feats.shape
+    dev = feats.device
+    if b == 0 or t == 0:
+        return feats.clone()
+    lens = feat_lens.to(dev)
+    x = _time_warp(feats, lens, cfg.time_warp, generator) if cfg.time_warp > 0 else feats.clone()
+    keep = torch.ones(b, t, f, dtype=torch.bool, device=dev)
+    if cfg.freq_masks > 0 and cfg.freq_width > 0:
+        full = torch.full((b,), f, device=dev, dtype=torch.float32)
+        fmask = _band_mask(f, cfg.freq_masks, torch.full_like(full, cfg.freq_width), full, generator, dev)  # (B, F)
+        keep &= ~fmask.unsqueeze(1)
+    if cfg.time_masks > 0 and cfg.time_width > 0:
+        lf = lens.float()
+        max_w = (cfg.time_width * lf).floor() if cfg.time_width < 1 else torch.full_like(lf, cfg.time_width)
+        tmask = _band_mask(t, cfg.time_masks, max_w, lf, generator, dev)  # (B, T)
+        keep &= ~tmask.unsqueeze(2)
+    return x.masked_fill(~keep, 0.0)
+
+
+# ------------------------------------------------------------------------------------------------ filtering
+
+
+def ctc_min_frames(tokens: Sequence[int]) -> int:
+    """Fewest encoder frames a CTC alignment of ``tokens`` needs: one per token plus a blank
+    between each pair of equal neighbours."""
+    return len(tokens) + sum(1 for a, b in zip(tokens, tokens[1:], strict=False) if a == b)
+
+
+FILTER_REASONS = {
+    "too_long": "longer than data.max_duration",
+    "too_short": "too short for the model's frontend",
+    "empty_text": "empty transcript after normalisation",
+    "too_many_tokens": "more tokens than encoder frames (CTC cannot align them)",
+}
+
+
+def filter_records(
+    records: Sequence[dict[str, Any]],
+    tokenizer: Tokenizer,
+    data_cfg: DataConfig,
+    *,
+    min_input_frames: int = 1,
+    encoder_lengths: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    speed_perturb: Sequence[float] = (),
+    what: str = "data",
+) -> tuple[list[dict[str, Any]], Counter]:
+    """Drop utterances the model cannot use; log and return the count per reason.
+
+    Reasons: longer than ``data_cfg.max_duration``; fewer fbank frames than ``min_input_frames``;
+    empty text after normalisation; more CTC-required frames (tokens plus repeats) than the
+    encoder yields (``encoder_lengths`` maps fbank frame counts to encoder frame counts, e.g.
+    ``model.encoder_lengths``). With ``speed_perturb`` factors the fastest version must fit.
+    """
+    sr = data_cfg.sample_rate
+    fastest = max([1.0, *speed_perturb])
+    frames = torch.tensor(
+        [num_frames(int(r["duration"] * sr / fastest), sr) for r in records], dtype=torch.long
+    )  # (N,) fbank frames of the fastest version
+    enc = encoder_lengths(frames) if encoder_lengths is not None and len(records) else frames  # (N,)
+    kept: list[dict[str, Any]] = []
+    counts: Counter = Counter()
+    for rec, n_frames, n_enc in zip(records, frames.tolist(), enc.tolist(), strict=True):
+        text = normalize(rec["text"], data_cfg.normalizer)
+        if rec["duration"] > data_cfg.max_duration:
+            reason = "too_long"
+        elif n_frames < min_input_frames:
+            reason = "too_short"
+        elif not text:
+            reason = "empty_text"
+        elif ctc_min_frames(tokenizer.encode(text)) > n_enc:
+            reason = "too_many_tokens"
+        else:
+            kept.append(rec)
+            continue
+        counts[reason] += 1
+        log.debug("%s: dropping %s (%s)", what, rec["id"], FILTER_REASONS[reason])
+    if counts:
+        detail = ", ".join(f"{n} {FILTER_REASONS[r]}" for r, n in counts.items())
+        log.warning("%s: kept %d of %d utterances; dropped %s", what, len(kept), len(records), detail)
+    else:
+        log.info("%s: kept all %d utterances", what, len(records))
+    return kept, counts
+
+
+# ----------------------------------------------------------------------------------------------------- CMVN
+
+
+class _CMVNChunks(Dataset):
+    """Chunk ``i`` of the records -> (sum (F,), sum of squares (F,), frames, unreadable ids), float64."""
+
+    def __init__(self, records: Sequence[dict[str, Any]], data_cfg: DataConfig, chunk: int):
+        self.records, self.cfg, self.chunk = records, data_cfg, chunk
+
+    def __len__(self) -> int:
+        return (len(self.records) + self.chunk - 1) // self.chunk
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int, list[str]]:
+        f = self.cfg.num_mel_bins
+        s = torch.zeros(f, dtype=torch.float64)
+        s2 = torch.zeros(f, dtype=torch.float64)
+        n, bad = 0, []
+        for rec in self.records[i * self.chunk : (i + 1) * self.chunk]:
+            try:
+                wav = load_audio(rec["audio"], self.cfg.sample_rate, rec.get("offset", 0.0), rec.get("end"))
+                x = fbank(wav, self.cfg.sample_rate, f).to(torch.float64)  # (T, F)
+            except AudioError as e:
+                log.warning("CMVN: skipping %s: %s", rec["id"], e)
+                bad.append(rec["id"])
+                continue
+            s += x.sum(0)
+            s2 += (x * x).sum(0)
+            n += x.shape[0]
+        return s, s2, n, bad
+
+
+def compute_cmvn_stats(
+    records: Sequence[dict[str, Any]],
+    data_cfg: DataConfig,
+    num_workers: int = 0,
+    chunk: int = 32,
+    progress: bool = True,
+):
+    """Global CMVN statistics of the fbank features of ``records`` (no dither, no speed perturbation),
+    computed in ``num_workers`` DataLoader processes. Returns ``(CMVNStats, unreadable ids)``."""
+    from ..model.cmvn import CMVNStats
+
+    stats = CMVNStats(data_cfg.num_mel_bins)
+    unreadable: list[str] = []
+    loader = DataLoader(_CMVNChunks(records, data_cfg, chunk), batch_size=None, num_workers=num_workers)
+    with tqdm(total=len(records), desc="cmvn", unit="utt", disable=not progress) as bar:
+        for i, (s, s2, n, bad) in enumerate(loader):
+            stats.sum += s
+            stats.sum_sq += s2
+            stats.count += n
+            unreadable += bad
+            bar.update(min(chunk, len(records) - i * chunk))
+    if stats.count == 0:
+        raise DataError(f"CMVN: none of the {len(records)} utterances could be read")
+    return stats, unreadable

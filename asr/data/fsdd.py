@@ -1,0 +1,287 @@
+"""Free Spoken Digit Dataset: isolated digits and synthesised connected-digit utterances.
+
+FSDD clips are ``{digit}_{speaker}_{take}.wav`` (8 kHz mono, trimmed). Speakers are discovered
+from the file names. Splits are speaker-disjoint for testing: the test speakers (all takes) are
+never heard in training; the remaining speakers train on takes 5-49, and their takes 0-4 (FSDD's
+own test convention) plus any ``dev_speakers`` (all takes) form the dev set.
+
+A connected-digit utterance joins 1-7 takes of ONE speaker with 50-400 ms gaps, over a faint
+noise floor (30-50 dB below the speech), with 50-250 ms of the same noise before and after. It is
+built at 8 kHz, resampled to 16 kHz and written as a 16-bit wav. Training utterances can get a
+random gain per take and per utterance (real speakers record at very different levels).
+Everything is a pure function of the seed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import shutil
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import torch
+from tqdm import tqdm
+
+from ..audio import load_audio, resample
+from .download import download, extract
+from .librispeech import PrepareError
+from .manifest import write_manifest
+
+__all__ = ["DIGIT_WORDS", "FSDD_URL", "FsddOptions", "find_recordings", "download_fsdd", "prepare_fsdd"]
+
+log = logging.getLogger(__name__)
+
+FSDD_URL = "https://github.com/Jakobovski/free-spoken-digit-dataset/archive/refs/heads/master.zip"
+DIGIT_WORDS = ("ZERO", "ONE", "TWO", "THREE", "FOUR", "FIVE", "SIX", "SEVEN", "EIGHT", "NINE")
+_NAME = re.compile(r"^(\d)_([A-Za-z0-9]+)_(\d+)\.wav$")
+SOURCE_RATE = 8000
+
+
+@dataclass
+class FsddOptions:
+    """How connected-digit utterances are built (defaults are the documented ones)."""
+
+    seed: int = 0
+    sample_rate: int = 16000
+    num_train: int = 2000
+    num_dev: int = 200
+    num_test: int = 300
+    min_digits: int = 1
+    max_digits: int = 7
+    min_gap: float = 0.05  # seconds between takes
+    max_gap: float = 0.40
+    min_edge: float = 0.05  # seconds of noise before the first and after the last take
+    max_edge: float = 0.25
+    snr_db: tuple[float, float] = (30.0, 50.0)  # noise floor below the speech RMS
+    train_gain_db: tuple[float, float] = (-18.0, 6.0)  # per training utterance; (0, 0) disables
+    take_gain_db: float = 3.0  # +- per take in training utterances; 0 disables
+    train_takes: tuple[int, int] = (5, 49)  # inclusive; the other takes of train speakers go to dev
+
+    def validate(self) -> None:
+        if not 1 <= self.min_digits <= self.max_digits:
+            raise ValueError(f"digits per utterance: need 1 <= min <= max, got {self.min_digits}..{self.max_digits}")
+        if not 0 <= self.min_gap <= self.max_gap or not 0 <= self.min_edge <= self.max_edge:
+            raise ValueError("gap and edge lengths: need 0 <= min <= max")
+        for k in ("num_train", "num_dev", "num_test"):
+            if getattr(self, k) < 0:
+                raise ValueError(f"{k}: expected an integer >= 0, got {getattr(self, k)}")
+
+
+def find_recordings(corpus_dir: str | os.PathLike) -> Path:
+    """The folder of FSDD wav files: ``DIR/recordings``, ``DIR/*/recordings`` or ``DIR`` itself."""
+    root = Path(corpus_dir)
+    candidates = [root / "recordings", *sorted(root.glob("*/recordings")), root]
+    for c in candidates:
+        if c.is_dir() and any(_NAME.match(p.name) for p in c.glob("*.wav")):
+            return c
+    raise PrepareError(
+        f"{root}: no FSDD recordings ({{digit}}_{{speaker}}_{{take}}.wav) in it or in recordings/ below it; "
+        "add --download to fetch the dataset"
+    )
+
+
+def download_fsdd(corpus_dir: str | os.PathLike, url: str = FSDD_URL, md5: str | None = None,
+                  progress: bool = True) -> Path:
+    """Fetch the GitHub archive of FSDD into ``corpus_dir/free-spoken-digit-dataset`` unless present.
+
+    GitHub builds branch archives on the fly, so no checksum is published; ``md5`` checks one
+    when given.
+    """
+    root = Path(corpus_dir)
+    try:
+        found = find_recordings(root)
+        log.info("FSDD already present at %s, not downloading", found)
+        return found
+    except PrepareError:
+        pass
+    archive = download(url, root / "free-spoken-digit-dataset.zip", md5, progress=progress)
+
+    def top(tmp: Path) -> Path:
+        dirs = [d for d in tmp.iterdir() if d.is_dir()]
+        return dirs[0] if len(dirs) == 1 else tmp
+
+    extract(archive, root / "free-spoken-digit-dataset", select=top)
+    archive.unlink()
+    return find_recordings(root)
+
+
+def _scan(rec_dir: Path) -> dict[str, list[tuple[int, int, Path]]]:
+    """speaker -> sorted [(digit, take, path)]; files with other names are logged and skipped."""
+    by_speaker: dict[str, list[tuple[int, int, Path]]] = defaultdict(list)
+    other = []
+    for p in sorted(rec_dir.glob("*.wav")):
+        m = _NAME.match(p.name)
+        if not m:
+            other.append(p.name)
+            continue
+        by_speaker[m.group(2)].append((int(m.group(1)), int(m.group(3)), p))
+    if other:
+        log.warning("%s: %d wav file(s) not named {digit}_{speaker}_{take}.wav skipped, e.g. %s",
+                    rec_dir, len(other), other[0])
+    return {s: sorted(v) for s, v in sorted(by_speaker.items())}
+
+
+def _split_speakers(
+    speakers: list[str], dev_speakers: Sequence[str] | None, test_speakers: Sequence[str] | None
+) -> tuple[list[str], list[str], list[str]]:
+    dev = list(dev_speakers or [])
+    # Default: hold out the last speaker in sorted order (the same choice for the 5- and 6-speaker sets).
+    test = list(test_speakers) if test_speakers is not None else speakers[-1:]
+    for name, group in (("--dev-speakers", dev), ("--test-speakers", test)):
+        unknown = [s for s in group if s not in speakers]
+        if unknown:
+            raise PrepareError(f"{name}: unknown speaker(s) {unknown}; the recordings have {', '.join(speakers)}")
+    both = set(dev) & set(test)
+    if both:
+        raise PrepareError(f"speaker(s) {sorted(both)} are in both --dev-speakers and --test-speakers")
+    train = [s for s in speakers if s not in dev and s not in test]
+    if not train:
+        raise PrepareError(f"no training speaker left: {', '.join(speakers)} are all dev or test speakers")
+    return train, dev, test
+
+
+def _isolated(takes: list[tuple[str, int, int, Path]]) -> list[dict]:
+    return [
+        {
+            "id": f"{spk}-{digit}-{take}",
+            "audio": str(path.absolute()),
+            "duration": round(sf.info(str(path)).duration, 4),
+            "text": DIGIT_WORDS[digit],
+            "speaker": spk,
+        }
+        for spk, digit, take, path in takes
+    ]
+
+
+class _Clips:
+    """8 kHz takes loaded once, as float32 numpy arrays."""
+
+    def __init__(self) -> None:
+        self.cache: dict[Path, np.ndarray] = {}
+
+    def __call__(self, path: Path) -> np.ndarray:
+        if path not in self.cache:
+            self.cache[path] = load_audio(path, sample_rate=SOURCE_RATE).numpy()
+        return self.cache[path]
+
+
+def _rms(x: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) if x.size else 0.0
+
+
+def _build(
+    split: str, n: int, pool: dict[str, list[tuple[int, Path]]], opts: FsddOptions, augment: bool,
+    out_dir: Path, clips: _Clips, progress: bool,
+) -> list[dict]:
+    """Render ``n`` connected-digit utterances from ``pool`` (speaker -> [(digit, path)]) into ``out_dir``."""
+    rng = random.Random(f"fsdd-{opts.seed}-{split}")  # string seeds are stable across runs and platforms
+    speakers = sorted(s for s, takes in pool.items() if takes)
+    by_digit = {s: defaultdict(list) for s in speakers}
+    for s in speakers:
+        for digit, path in pool[s]:
+            by_digit[s][digit].append(path)
+    records = []
+    for i in tqdm(range(n), desc=f"fsdd {split}", unit="utt", disable=not progress):
+        spk = rng.choice(speakers)
+        digits_here = sorted(by_digit[spk])
+        k = rng.randint(opts.min_digits, opts.max_digits)
+        digits = [rng.choice(digits_here) for _ in range(k)]
+        paths = [rng.choice(by_digit[spk][d]) for d in digits]
+        gaps = [rng.uniform(opts.min_gap, opts.max_gap) for _ in range(k - 1)]
+        edges = (rng.uniform(opts.min_edge, opts.max_edge), rng.uniform(opts.min_edge, opts.max_edge))
+        take_gains = [rng.uniform(-opts.take_gain_db, opts.take_gain_db) if augment else 0.0 for _ in range(k)]
+        utt_gain = rng.uniform(*opts.train_gain_db) if augment else 0.0
+        snr = rng.uniform(*opts.snr_db)
+        noise_seed = rng.getrandbits(63)
+
+        pieces = [np.zeros(int(edges[0] * SOURCE_RATE), np.float32)]
+        for j, (path, g) in enumerate(zip(paths, take_gains, strict=True)):
+            pieces.append(clips(path) * np.float32(10 ** (g / 20)))
+            pieces.append(np.zeros(int((gaps[j] if j < k - 1 else edges[1]) * SOURCE_RATE), np.float32))
+        speech = np.concatenate(pieces)  # (N,) at 8 kHz
+        level = _rms(np.concatenate(pieces[1::2]))
+        noise = np.random.default_rng(noise_seed).standard_normal(speech.size).astype(np.float32)
+        wav = speech + noise * np.float32(level * 10 ** (-snr / 20))
+        wav *= np.float32(10 ** (utt_gain / 20))
+        peak = float(np.abs(wav).max())
+        if peak > 0.99:  # keep the gain change, avoid clipping
+            wav *= np.float32(0.99 / peak)
+        wav16 = resample(torch.from_numpy(wav), SOURCE_RATE, opts.sample_rate).clamp(-1, 1).numpy()
+        uid = f"{spk}-{split}-{i:05d}"
+        path = out_dir / f"{uid}.wav"
+        sf.write(str(path), wav16, opts.sample_rate, subtype="PCM_16")
+        records.append(
+            {
+                "id": uid,
+                "audio": str(path.absolute()),
+                "duration": round(wav16.size / opts.sample_rate, 4),
+                "text": " ".join(DIGIT_WORDS[d] for d in digits),
+                "speaker": spk,
+            }
+        )
+    return records
+
+
+def prepare_fsdd(
+    corpus_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    dev_speakers: Sequence[str] | None = None,
+    test_speakers: Sequence[str] | None = None,
+    options: FsddOptions | None = None,
+    progress: bool = True,
+) -> dict[str, int]:
+    """Write isolated-digit manifests (``digits_{train,dev,test}.jsonl``) and connected-digit
+    utterances (``wav/<split>/*.wav`` + ``{train,dev,test}.jsonl``) under ``out_dir``.
+
+    Returns the number of utterances in each manifest. ``test_speakers`` defaults to the last
+    speaker in sorted order; ``dev_speakers`` to none (dev is then the train speakers' takes 0-4).
+    """
+    opts = options or FsddOptions()
+    opts.validate()
+    rec_dir = find_recordings(corpus_dir)
+    by_speaker = _scan(rec_dir)
+    speakers = sorted(by_speaker)
+    train_spk, dev_spk, test_spk = _split_speakers(speakers, dev_speakers, test_speakers)
+    lo, hi = opts.train_takes
+    splits: dict[str, list[tuple[str, int, int, Path]]] = {"train": [], "dev": [], "test": []}
+    for s in speakers:
+        for digit, take, path in by_speaker[s]:
+            if s in test_spk:
+                splits["test"].append((s, digit, take, path))
+            elif s in dev_spk or not lo <= take <= hi:
+                splits["dev"].append((s, digit, take, path))
+            else:
+                splits["train"].append((s, digit, take, path))
+    log.info("FSDD speakers: train %s, dev %s (+ takes outside %d-%d of train speakers), test %s",
+             train_spk, dev_spk, lo, hi, test_spk)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    counts: dict[str, int] = {}
+    clips = _Clips()
+    for split, n in (("train", opts.num_train), ("dev", opts.num_dev), ("test", opts.num_test)):
+        takes = splits[split]
+        if not takes:
+            raise PrepareError(f"{split}: no recordings for this split (speakers {speakers})")
+        counts[f"digits_{split}"] = write_manifest(out / f"digits_{split}.jsonl", _isolated(takes))
+        pool: dict[str, list[tuple[int, Path]]] = defaultdict(list)
+        for s, digit, _take, path in takes:
+            pool[s].append((digit, path))
+        final = out / "wav" / split
+        tmp = out / "wav" / f".{split}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        records = _build(split, n, pool, opts, split == "train", tmp, clips, progress)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        for r in records:
+            r["audio"] = str(final / Path(r["audio"]).name)
+        counts[split] = write_manifest(out / f"{split}.jsonl", records)
+    return counts
