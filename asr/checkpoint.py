@@ -10,6 +10,7 @@ A model directory holds everything inference needs and nothing that can run code
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -19,12 +20,29 @@ import torch
 
 from .config import Config, load_config, save_config
 
-__all__ = ["atomic_save", "safe_load", "save_model_dir", "load_model", "MODEL_FILE", "CONFIG_FILE"]
+__all__ = [
+    "atomic_save",
+    "safe_load",
+    "save_model_dir",
+    "load_model",
+    "MODEL_FILE",
+    "CONFIG_FILE",
+    "CHECKPOINT_DIR",
+    "checkpoint_path",
+    "list_checkpoints",
+    "load_latest_checkpoint",
+    "prune_checkpoints",
+    "average_state_dicts",
+    "average_checkpoints",
+]
 
 MODEL_FILE = "model.pt"
 CONFIG_FILE = "config.yaml"
 TOKENIZER_FILE = "tokenizer.model"
 CMVN_FILE = "cmvn.json"
+CHECKPOINT_DIR = "checkpoints"
+
+log = logging.getLogger(__name__)
 
 
 def atomic_save(obj: Any, path: str | os.PathLike) -> None:
@@ -105,3 +123,133 @@ def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu")
 
         model.tokenizer = Tokenizer.load(d / TOKENIZER_FILE)
     return model.to(device).eval()
+
+
+# ---------------------------------------------------------------------------------------------
+# Training checkpoints: exp/NAME/checkpoints/{epoch_E,step_S}.pt, each one plain dict with model,
+# optimizer, scheduler, scaler, sampler position, RNG states (as tensors), step, epoch, config.
+# "epoch_E.pt" is written when epoch E (1-based) ends; "step_S.pt" every N steps inside an epoch.
+
+
+def checkpoint_path(exp_dir: str | os.PathLike, kind: str, number: int) -> Path:
+    """``exp/checkpoints/epoch_3.pt`` (``kind="epoch"``) or ``exp/checkpoints/step_1000.pt``."""
+    if kind not in ("epoch", "step"):
+        raise ValueError(f"checkpoint kind: expected 'epoch' or 'step', got {kind!r}")
+    return Path(exp_dir) / CHECKPOINT_DIR / f"{kind}_{number}.pt"
+
+
+def list_checkpoints(exp_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """Training checkpoints of an experiment, oldest first: dicts with path, kind, step, epoch.
+
+    Reads only each file's small fields (memory-mapped, tensors untouched). A file that cannot be
+    read is logged and left out, so a damaged newest checkpoint falls back to the previous one.
+    """
+    d = Path(exp_dir) / CHECKPOINT_DIR
+    out = []
+    for p in sorted(d.glob("*_*.pt")) if d.is_dir() else []:
+        kind = p.stem.split("_", 1)[0]
+        if kind not in ("epoch", "step"):
+            continue
+        try:
+            ck = torch.load(p, map_location="cpu", weights_only=True, mmap=True)
+            out.append({"path": p, "kind": kind, "step": int(ck["step"]), "epoch": int(ck["epoch"])})
+        except Exception as e:
+            log.warning("%s: unreadable checkpoint left out (%s)", p, e)
+    # At the same step an epoch-end checkpoint (validated, position at the next epoch) is newer.
+    return sorted(out, key=lambda c: (c["step"], c["kind"] == "epoch"))
+
+
+def load_latest_checkpoint(
+    exp_dir: str | os.PathLike, map_location: str | torch.device = "cpu"
+) -> tuple[Path, dict[str, Any]] | None:
+    """The newest loadable training checkpoint as ``(path, dict)``, or None when there is none."""
+    for c in reversed(list_checkpoints(exp_dir)):
+        try:
+            return c["path"], safe_load(c["path"], map_location)
+        except ValueError as e:
+            log.warning("%s; trying the previous checkpoint", e)
+    return None
+
+
+def prune_checkpoints(exp_dir: str | os.PathLike, keep_last: int, protect: set[str] | frozenset = frozenset()) -> None:
+    """Keep the newest ``keep_last`` epoch checkpoints plus those named in ``protect`` (the best);
+    step checkpoints older than the newest epoch checkpoint are useless for resuming and go, and
+    of the newer ones the last ``keep_last`` stay."""
+    cks = list_checkpoints(exp_dir)
+    epochs = [c for c in cks if c["kind"] == "epoch"]
+    steps = [c for c in cks if c["kind"] == "step"]
+    last_epoch_step = epochs[-1]["step"] if epochs else -1
+    doomed = [c for c in epochs[:-keep_last] if c["path"].name not in protect]
+    live_steps = [c for c in steps if c["step"] > last_epoch_step]
+    doomed += [c for c in steps if c["step"] <= last_epoch_step] + live_steps[:-keep_last]
+    for c in doomed:
+        c["path"].unlink(missing_ok=True)
+
+
+def average_state_dicts(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of floating-point tensors (accumulated in float64); other tensors (integer
+    buffers) are taken from the last state. All states must have the same keys and shapes."""
+    if not states:
+        raise ValueError("average_state_dicts: no states to average")
+    keys = list(states[-1])
+    out: dict[str, torch.Tensor] = {}
+    for k in keys:
+        for i, s in enumerate(states):
+            if k not in s or s[k].shape != states[-1][k].shape:
+                raise ValueError(f"average_state_dicts: state {i} lacks {k!r} or has another shape")
+        last = states[-1][k]
+        if last.is_floating_point():
+            acc = torch.zeros(last.shape, dtype=torch.float64)
+            for s in states:
+                acc += s[k].to(torch.float64)
+            out[k] = (acc / len(states)).to(last.dtype)
+        else:
+            out[k] = last.clone()
+    return out
+
+
+def average_checkpoints(
+    exp_dir: str | os.PathLike, num: int, by: str, out: str | os.PathLike
+) -> tuple[Path, list[Path]]:
+    """Average ``num`` epoch checkpoints of ``exp_dir`` into the model directory ``out``.
+
+    ``by="last"``: the newest ``num`` epoch-end checkpoints; ``by="best"``: the ``num`` best by the
+    run's ``train.best_metric`` (the ranking is kept in every checkpoint). Returns ``(out, used)``.
+    """
+    exp = Path(exp_dir)
+    if by not in ("best", "last"):
+        raise ValueError(f"--by: expected 'best' or 'last', got {by!r}")
+    if num < 1:
+        raise ValueError(f"--num: expected a positive number of checkpoints, got {num}")
+    cks = list_checkpoints(exp)
+    if not cks:
+        raise FileNotFoundError(f"{exp / CHECKPOINT_DIR}: no training checkpoints")
+    epochs = [c["path"] for c in cks if c["kind"] == "epoch"]
+    if by == "last":
+        chosen = epochs[-num:]
+        if len(chosen) < num:
+            raise ValueError(
+                f"{exp}: {len(epochs)} epoch checkpoint(s) on disk, --num {num} asked; "
+                "lower --num or raise train.keep_last for the next run"
+            )
+    else:
+        newest = safe_load(cks[-1]["path"])
+        best = newest.get("best") or []
+        if len(best) < num:
+            raise ValueError(
+                f"{exp}: {len(best)} ranked epoch checkpoint(s) (by {newest.get('best_metric', '?')}), "
+                f"--num {num} asked; lower --num or raise train.keep_best for the next run"
+            )
+        chosen = [exp / CHECKPOINT_DIR / b["name"] for b in best[:num]]
+    states = []
+    for p in chosen:
+        ck = safe_load(p)
+        states.append(ck["model"])
+        log.info("averaging %s (epoch %s, step %s)", p.name, ck["epoch"], ck["step"])
+    cfg = load_config(exp / CONFIG_FILE)
+    tok = exp / TOKENIZER_FILE
+    cmvn = exp / CMVN_FILE
+    d = save_model_dir(
+        out, cfg, average_state_dicts(states), tok if tok.is_file() else None, cmvn if cmvn.is_file() else None
+    )
+    return d, chosen
