@@ -224,6 +224,7 @@ def _build(
                 "duration": round(wav16.size / opts.sample_rate, 4),
                 "text": " ".join(DIGIT_WORDS[d] for d in digits),
                 "speaker": spk,
+                "takes": [p.stem for p in paths],  # the FSDD clips used, in order
             }
         )
     return records
