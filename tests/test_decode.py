@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from helpers_decode import synthetic_batch, trained_tiny_model
 
-from asr.decode import ctc_greedy_search, greedy_search
+from asr.config import DecodeConfig
+from asr.decode import (
+    attention_rescoring,
+    beam_search,
+    ctc_greedy_search,
+    ctc_prefix_beam_search,
+    greedy_search,
+    recognize,
+)
+from asr.decode.ctc_prefix_score import CTCPrefixScorer
 from asr.model import ASRModel
 
 VOCAB = 12
@@ -83,3 +94,177 @@ def test_ctc_greedy_collapses():
     lp[0, torch.arange(len(path)), torch.tensor(path)] = 0.0
     lp[1] = lp[0]
     assert ctc_greedy_search(lp, torch.tensor([len(path), 5])) == [[2, 2, 3, 4, 1], [2, 2]]
+
+
+def _collapse(path: tuple[int, ...]) -> tuple[int, ...]:
+    out, prev = [], None
+    for s in path:
+        if s != prev and s != 0:
+            out.append(s)
+        prev = s
+    return tuple(out)
+
+
+def _brute_force(lp: torch.Tensor, prefix: tuple[int, ...], exact: bool) -> float:
+    """log of the total probability of all alignments whose output starts with (or equals) prefix."""
+    t, v = lp.shape
+    total = torch.tensor(-float("inf"), dtype=torch.float64)
+    for path in itertools.product(range(v), repeat=t):
+        out = _collapse(path)
+        if (out == prefix) if exact else (out[: len(prefix)] == prefix):
+            total = torch.logaddexp(total, lp[torch.arange(t), torch.tensor(path)].sum())
+    return float(total)
+
+
+def test_ctc_prefix_scores_equal_brute_force():
+    """Every prefix up to length 3 over a 4-token vocabulary, three utterances of different lengths
+    in one padded batch: log psi (and eos = full-sequence probability) equal the sum over all
+    alignments, and states built step by step with ``extend`` stay exact."""
+    v, eos = 4, 3
+    lens = torch.tensor([6, 4, 5])
+    lp = (torch.randn(3, 6, v, generator=torch.Generator().manual_seed(3)) * 2).double().log_softmax(-1)
+    scorer = CTCPrefixScorer(lp, lens, blank=0, eos=eos)
+    utt = torch.arange(3)
+    state = scorer.initial_state(utt)
+    prefixes = [()] * 3
+    checked = 0
+    for _ in range(3):
+        psi = scorer.score_all(state)  # (N, V)
+        assert torch.isneginf(psi[:, 0]).all()
+        for n, prefix in enumerate(prefixes):
+            b, n_frames = int(state.utt[n]), int(lens[state.utt[n]])
+            lp_b = lp[b, :n_frames]
+            assert psi[n, eos].item() == pytest.approx(_brute_force(lp_b, prefix, exact=True), abs=1e-9)
+            for c in (1, 2):
+                ref = _brute_force(lp_b, prefix + (c,), exact=False)
+                assert psi[n, c].item() == pytest.approx(ref, abs=1e-9), (b, prefix, c)
+                checked += 1
+        # extend every hypothesis by tokens 1 and 2 (one repeat of the last token, one not)
+        parent = torch.arange(len(prefixes)).repeat_interleave(2)
+        tokens = torch.tensor([1, 2]).repeat(len(prefixes))
+        state = scorer.extend(state, parent, tokens, psi[parent, tokens])
+        prefixes = [prefixes[p] + (t,) for p, t in zip(parent.tolist(), tokens.tolist(), strict=True)]
+    assert checked == 2 * 3 * (1 + 2 + 4)
+
+
+def _alone(model, feats, lens, i):
+    with torch.inference_mode():
+        return model.encode(feats[i : i + 1, : lens[i]], lens[i : i + 1])
+
+
+@pytest.mark.parametrize("ctc_weight", [0.0, 0.3])
+def test_beam_batch_equals_alone(model, encoded, ctc_weight):
+    feats, lens, memory, mem_lens = encoded
+    batch = beam_search(model, memory, mem_lens, beam_size=4, ctc_weight=ctc_weight, nbest=2)
+    assert len({tuple(h[0].tokens) for h in batch}) > 10
+    for i in range(16):
+        m, ml = _alone(model, feats, lens, i)
+        alone = beam_search(model, m, ml, beam_size=4, ctc_weight=ctc_weight, nbest=2)[0]
+        assert [h.tokens for h in alone] == [h.tokens for h in batch[i]], f"utterance {i}"
+        assert [h.score for h in alone] == pytest.approx([h.score for h in batch[i]], abs=1e-4)
+
+
+def test_beam1_equals_greedy(model, encoded):
+    _, _, memory, mem_lens = encoded
+    greedy = greedy_search(model, memory, mem_lens)
+    beam = beam_search(model, memory, mem_lens, beam_size=1)
+    assert [h[0].tokens for h in beam] == greedy
+    forced = beam_search(model, memory, mem_lens, beam_size=1, max_len=6, min_len=6)
+    assert [h[0].tokens for h in forced] == greedy_search(model, memory, mem_lens, max_len=6, min_len=6)
+
+
+def _teacher_forced(model, memory, mem_lens, i, tokens):
+    """(log p_att(tokens, eos), log p_ctc(tokens)) of utterance i, recomputed without any cache."""
+    n = int(mem_lens[i])
+    mem = memory[i : i + 1, :n]
+    y = torch.tensor([tokens], dtype=torch.long)
+    with torch.inference_mode():
+        ys_in, ys_out = model.decoder_io(y, torch.tensor([len(tokens)]))
+        lp = torch.log_softmax(model.decoder(ys_in, mem, torch.tensor([n])).float(), -1)
+        att = lp[0].gather(1, ys_out[0].unsqueeze(1)).sum()
+        ctc_lp = model.ctc_log_probs(mem).double()
+        ctc = -torch.nn.functional.ctc_loss(
+            ctc_lp.transpose(0, 1), y, torch.tensor([n]), torch.tensor([len(tokens)]), reduction="sum"
+        )
+    return float(att), float(ctc)
+
+
+@pytest.mark.parametrize("pre_beam", [None, 0])
+def test_joint_scores_equal_recomputation(model, encoded, pre_beam):
+    """The score a hypothesis accumulated step by step (cached decoder, CTC prefix deltas) equals
+    (1 - w) * teacher-forced attention log-prob + w * CTC log-likelihood of the whole sequence."""
+    _, _, memory, mem_lens = encoded
+    w, bonus = 0.4, 0.5
+    hyps = beam_search(
+        model, memory, mem_lens, beam_size=5, ctc_weight=w, length_bonus=bonus, pre_beam=pre_beam, nbest=3
+    )
+    for i in range(0, 16, 2):
+        for h in hyps[i]:
+            att, ctc = _teacher_forced(model, memory, mem_lens, i, h.tokens)
+            expected = (1 - w) * att + w * ctc + bonus * (len(h.tokens) + 1)
+            assert h.score == pytest.approx(expected, abs=2e-3), (i, h.tokens)
+
+
+def test_ctc_improves_search_on_the_synthetic_task(trained):
+    """The joint search should be right more often than attention alone on this barely trained model."""
+    model, _, protos = trained
+    feats, lens, tokens, token_lens = synthetic_batch(32, VOCAB, torch.Generator().manual_seed(11), protos)
+    with torch.inference_mode():
+        memory, mem_lens = model.encode(feats, lens)
+    refs = [t[:n].tolist() for t, n in zip(tokens, token_lens, strict=True)]
+
+    def correct(ctc_weight):
+        hyps = beam_search(model, memory, mem_lens, beam_size=4, ctc_weight=ctc_weight)
+        return sum(h[0].tokens == r for h, r in zip(hyps, refs, strict=True))
+
+    assert correct(0.5) > correct(0.0)
+
+
+def test_ctc_prefix_beam_scores_are_sequence_likelihoods():
+    """With no pruning, each n-best score is log P_ctc(y) (= -ctc_loss), and the best one
+    is the most likely labelling found by brute force."""
+    v, t = 4, 6
+    lp = (torch.randn(1, t, v, generator=torch.Generator().manual_seed(5)) * 1.5).double().log_softmax(-1)
+    nbest = ctc_prefix_beam_search(lp, torch.tensor([t]), beam_size=1000)[0]
+    assert len(nbest) > 20
+    for h in nbest[:10]:
+        ref = (
+            -torch.nn.functional.ctc_loss(
+                lp[0].unsqueeze(1),
+                torch.tensor([h.tokens]),
+                torch.tensor([t]),
+                torch.tensor([len(h.tokens)]),
+                reduction="sum",
+            )
+            if h.tokens
+            else lp[0, :, 0].sum()
+        )
+        assert h.score == pytest.approx(float(ref), abs=1e-5)
+    labellings = {_collapse(p) for p in itertools.product(range(v), repeat=t)}
+    best = max(labellings, key=lambda y: _brute_force(lp[0], y, exact=True))
+    assert tuple(nbest[0].tokens) == best
+
+
+def test_attention_rescoring_picks_the_best_joint_score(model, encoded):
+    _, _, memory, mem_lens = encoded
+    with torch.inference_mode():
+        lp = model.ctc_log_probs(memory)
+    nbest = ctc_prefix_beam_search(lp, mem_lens, beam_size=4)
+    best = attention_rescoring(model, memory, mem_lens, nbest, ctc_weight=0.3)
+    for i in (0, 5, 9):
+        scored = []
+        for h in nbest[i]:
+            att, _ = _teacher_forced(model, memory, mem_lens, i, h.tokens)
+            scored.append((0.7 * att + 0.3 * h.score, h.tokens))
+        s, toks = max(scored)
+        assert best[i].tokens == toks and best[i].score == pytest.approx(s, abs=1e-3)
+
+
+@pytest.mark.parametrize("mode", ["attention", "ctc_greedy", "ctc_beam", "rescore"])
+def test_recognize_modes(trained, mode):
+    model, _, protos = trained
+    feats, lens, tokens, token_lens = synthetic_batch(8, VOCAB, torch.Generator().manual_seed(13), protos)
+    hyps = recognize(model, feats, lens, DecodeConfig(mode=mode, beam_size=3))
+    assert len(hyps) == 8
+    assert all(isinstance(h.score, float) and 0 not in h.tokens and VOCAB - 1 not in h.tokens for h in hyps)
+    assert any(h.tokens for h in hyps)

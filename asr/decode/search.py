@@ -1,0 +1,54 @@
+"""One entry point from features to hypotheses, choosing the search by ``DecodeConfig.mode``."""
+
+from __future__ import annotations
+
+import torch
+
+from ..config import DecodeConfig
+from .beam_search import Hypothesis, beam_search
+from .ctc_beam import attention_rescoring, ctc_prefix_beam_search
+from .greedy import ctc_greedy_search
+
+__all__ = ["recognize"]
+
+
+@torch.inference_mode()
+def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeConfig | None = None) -> list[Hypothesis]:
+    """Best hypothesis for each utterance of a padded fbank batch (B, T, F) with lengths (B,).
+
+    Modes: ``attention`` (batched beam search, joint with CTC when ``ctc_weight`` > 0; beam 1
+    is greedy), ``ctc_greedy``, ``ctc_beam`` (CTC prefix beam search) and ``rescore`` (the CTC
+    n-best rescored by the attention decoder).
+    """
+    cfg = cfg or DecodeConfig()
+    dev = next(model.parameters()).device
+    feats, feat_lens = feats.to(dev), feat_lens.to(dev)
+    memory, mem_lens = model.encode(feats, feat_lens)  # (B, S, D), (B,)
+    if cfg.mode == "attention":
+        if model.decoder is None or cfg.ctc_weight >= 1.0:
+            raise ValueError(
+                "decode.mode=attention needs a decoder and ctc_weight < 1; use mode ctc_beam or ctc_greedy"
+            )
+        nbest = beam_search(
+            model,
+            memory,
+            mem_lens,
+            beam_size=cfg.beam_size,
+            ctc_weight=cfg.ctc_weight,
+            length_bonus=cfg.length_penalty,
+            length_norm=cfg.length_norm,
+            max_len_ratio=cfg.max_len_ratio,
+        )
+        return [h[0] for h in nbest]
+    lp = model.ctc_log_probs(memory)  # (B, S, V)
+    if cfg.mode == "ctc_greedy":
+        ids = ctc_greedy_search(lp, mem_lens)
+        keep = torch.arange(lp.shape[1], device=dev) < mem_lens.unsqueeze(1)
+        path = (lp.max(-1).values * keep).sum(1)  # log-prob of the best path, (B,)
+        return [Hypothesis(t, float(s)) for t, s in zip(ids, path.tolist(), strict=True)]
+    nbest = ctc_prefix_beam_search(lp, mem_lens, cfg.beam_size)
+    if cfg.mode == "ctc_beam":
+        return [h[0] for h in nbest]
+    if cfg.mode == "rescore":
+        return attention_rescoring(model, memory, mem_lens, nbest, cfg.ctc_weight, cfg.length_penalty)
+    raise ValueError(f"decode.mode: expected 'attention', 'ctc_greedy', 'ctc_beam' or 'rescore', got {cfg.mode!r}")
