@@ -196,7 +196,7 @@ def _time_warp(
     ok = lens > 2 * max_warp + 1
     lf = lens.clamp_min(2 * max_warp + 2).float()
     centre = max_warp + (u[:, 0] * (lf - 2 * max_warp)).floor()  # in [W, L - W)
-    moved = (centre + (u[:, 1] * (2 * max_warp + 1)).floor() - max_warp).clamp(1, lf - 2)
+    moved = (centre + (u[:, 1] * (2 * max_warp + 1)).floor() - max_warp).clamp_min(1).minimum(lf - 2)
     pos = torch.arange(t, device=dev, dtype=torch.float32).unsqueeze(0)  # (1, T)
     c, w, L = centre.unsqueeze(1), moved.unsqueeze(1), lf.unsqueeze(1)
     src = torch.where(pos < w, pos * c / w, c + (pos - w) * (L - 1 - c) / (L - 1 - w).clamp_min(1))  # (B, T)

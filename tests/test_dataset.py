@@ -1,0 +1,270 @@
+"""Dataset, collate, SpecAugment, filtering, the skip-ratio check and CMVN statistics."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from asr.audio import fbank, load_audio
+from asr.cli import main
+from asr.config import DataConfig, ModelConfig, SpecAugmentConfig
+from asr.data.dataset import (
+    ASRDataset,
+    DataError,
+    check_skip_ratio,
+    collate,
+    compute_cmvn_stats,
+    ctc_min_frames,
+    filter_records,
+    spec_augment,
+)
+from asr.data.librispeech import prepare_librispeech
+from asr.data.manifest import read_manifest, write_manifest
+from asr.model import ASRModel
+from asr.model.cmvn import CMVNStats
+from asr.text import Tokenizer, normalize
+
+
+@pytest.fixture(scope="module")
+def libri(data_root, tmp_path_factory) -> tuple[list[dict], Tokenizer]:
+    out = tmp_path_factory.mktemp("libri")
+    prepare_librispeech(data_root / "LibriSpeech", ["dev-clean", "test-clean"], out, progress=False)
+    records = read_manifest(out / "dev-clean.jsonl") + read_manifest(out / "test-clean.jsonl")
+    tok = Tokenizer.train([normalize(r["text"]) for r in records], out / "tok", None, "char")
+    return records, tok
+
+
+def test_item_is_fbank_of_the_file_and_tokens_of_the_text(libri) -> None:
+    records, tok = libri
+    ds = ASRDataset(records, tok, DataConfig(), train=False)
+    item = ds[0]
+    wav = load_audio(records[0]["audio"])
+    assert torch.equal(item["feats"], fbank(wav))
+    assert item["feats"].shape[1] == 80
+    assert item["tokens"].tolist() == tok.encode(normalize(records[0]["text"]))
+    assert item["duration"] == pytest.approx(records[0]["duration"], abs=1e-3)
+    assert ds.durations == [r["duration"] for r in records]
+
+
+def test_segment_offsets_are_honoured(libri, tmp_path) -> None:
+    records, tok = libri
+    seg = {**records[0], "id": "seg", "offset": 1.0, "end": 2.5, "duration": 1.5}
+    item = ASRDataset([seg], tok, DataConfig(), train=False)[0]
+    assert torch.equal(item["feats"], fbank(load_audio(seg["audio"], 16000, 1.0, 2.5)))
+    assert item["feats"].shape[0] == 148  # 1.5 s: 1 + (24000 - 400) // 160
+
+
+def test_speed_perturbation_is_per_utterance_per_epoch_and_reproducible(libri) -> None:
+    records, tok = libri
+    cfg = DataConfig(speed_perturb=[0.9, 1.0, 1.1])
+    ds = ASRDataset(records * 10, tok, cfg, train=True, seed=5)
+    factors = [[ds.speed_factor(i) for i in range(len(ds))] for ds.epoch in range(3)]
+    again = ASRDataset(records * 10, tok, cfg, train=True, seed=5)
+    again.set_epoch(2)
+    assert [again.speed_factor(i) for i in range(len(again))] == factors[2]  # resume sees the same
+    assert factors[0] != factors[1] != factors[2]
+    assert set(factors[0]) == {0.9, 1.0, 1.1}
+    # the factor really changes the audio: 1.1 is 10% shorter
+    ds.set_epoch(0)
+    i = factors[0].index(1.1)
+    item = ds[i]
+    assert item["speed"] == 1.1
+    assert item["duration"] == pytest.approx(records[i % len(records)]["duration"] / 1.1, rel=1e-3)
+    # evaluation never perturbs
+    assert ASRDataset(records, tok, cfg, train=False).speed_factor(0) == 1.0
+
+
+def test_dither_is_reproducible_and_leaves_global_rng_alone(libri) -> None:
+    records, tok = libri
+    ds = ASRDataset(records[:1], tok, DataConfig(dither=1.0), train=True)
+    state = torch.get_rng_state()
+    a, b = ds[0]["feats"], ds[0]["feats"]
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, fbank(load_audio(records[0]["audio"])))
+    ds.set_epoch(1)
+    assert not torch.equal(ds[0]["feats"], a)
+    # no dither outside training
+    dev = ASRDataset(records[:1], tok, DataConfig(dither=1.0), train=False)
+    assert torch.equal(dev[0]["feats"], fbank(load_audio(records[0]["audio"])))
+
+
+def test_unreadable_audio_is_skipped_logged_and_counted(libri, tmp_path, caplog) -> None:
+    records, tok = libri
+    bad = tmp_path / "broken.flac"
+    bad.write_bytes(b"not audio at all")
+    recs = [records[0], {**records[1], "id": "broken-utt", "audio": str(bad)}, records[2]]
+    ds = ASRDataset(recs, tok, DataConfig(), train=True)
+    with caplog.at_level(logging.WARNING):
+        batch = collate([ds[i] for i in range(3)])
+    assert "broken-utt" in caplog.text and "broken.flac" in caplog.text
+    assert batch.skipped == 1 and batch.ids == [records[0]["id"], records[2]["id"]]
+    # through a DataLoader with worker processes
+    loader = DataLoader(ds, batch_sampler=[[0, 1], [2]], collate_fn=collate, num_workers=2)
+    batches = list(loader)
+    assert [b.skipped for b in batches] == [1, 0]
+    assert [len(b) for b in batches] == [1, 1]
+    empty = collate([None, None])
+    assert len(empty) == 0 and empty.skipped == 2 and empty.feats.shape[0] == 0
+
+
+def test_check_skip_ratio() -> None:
+    check_skip_ratio(1, 100, 0.01)  # exactly at the limit is fine
+    check_skip_ratio(0, 0, 0.01)
+    with pytest.raises(DataError, match=r"epoch 3: 2 of 100 utterances \(2.00%\).*max_skip_ratio=0.01"):
+        check_skip_ratio(2, 100, 0.01, what="epoch 3")
+
+
+def test_collate_pads_with_zeros_and_lengths(libri) -> None:
+    records, tok = libri
+    items = [ASRDataset(records, tok, DataConfig(), train=False)[i] for i in range(4)]
+    batch = collate(items)
+    b = len(items)
+    t_max = max(it["feats"].shape[0] for it in items)
+    u_max = max(it["tokens"].numel() for it in items)
+    assert batch.feats.shape == (b, t_max, 80) and batch.tokens.shape == (b, u_max)
+    for k, it in enumerate(items):
+        n, u = it["feats"].shape[0], it["tokens"].numel()
+        assert batch.feat_lens[k] == n and batch.token_lens[k] == u
+        assert torch.equal(batch.feats[k, :n], it["feats"]) and not batch.feats[k, n:].any()
+        assert torch.equal(batch.tokens[k, :u], it["tokens"]) and not batch.tokens[k, u:].any()
+    moved = batch.to("cpu")
+    assert moved.ids == batch.ids and torch.equal(moved.feats, batch.feats)
+
+
+# ------------------------------------------------------------------------------------------- SpecAugment
+
+
+def _batch(lens: list[int], f: int = 80, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    lens_t = torch.tensor(lens)
+    x = torch.rand(len(lens), max(lens), f, generator=g) + 1.0  # (B, T, F), never 0 inside
+    keep = torch.arange(max(lens)).unsqueeze(0) < lens_t.unsqueeze(1)
+    return x * keep.unsqueeze(-1), lens_t
+
+
+def test_spec_augment_masks_stay_inside_and_within_widths() -> None:
+    x, lens = _batch([300, 120, 57])
+    cfg = SpecAugmentConfig(freq_masks=2, freq_width=10, time_masks=3, time_width=0.05, time_warp=0)
+    for seed in range(20):
+        y = spec_augment(x, lens, cfg, torch.Generator().manual_seed(seed))
+        assert y.shape == x.shape
+        for k, n in enumerate(lens.tolist()):
+            z = (y[k, :n] == 0)  # (n, F)
+            cols = z.all(0)  # fully masked frequency bins
+            rows = z.all(1)  # fully masked frames
+            assert int(cols.sum()) <= 2 * 10
+            assert int(rows.sum()) <= 3 * int(0.05 * n)
+            # every zero is explained by a masked bin or a masked frame
+            assert torch.equal(z, cols.unsqueeze(0) | rows.unsqueeze(1))
+            assert not y[k, n:].any()  # padding untouched (still zero)
+    assert not torch.equal(spec_augment(x, lens, cfg, torch.Generator().manual_seed(1)), x)
+
+
+def test_spec_augment_is_reproducible_and_pure() -> None:
+    x, lens = _batch([200, 150])
+    x0 = x.clone()
+    cfg = SpecAugmentConfig(freq_masks=2, freq_width=27, time_masks=2, time_width=20, time_warp=5)
+    a = spec_augment(x, lens, cfg, torch.Generator().manual_seed(3))
+    b = spec_augment(x, lens, cfg, torch.Generator().manual_seed(3))
+    c = spec_augment(x, lens, cfg, torch.Generator().manual_seed(4))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert torch.equal(x, x0)  # input not modified
+    off = SpecAugmentConfig(freq_masks=0, time_masks=0, time_warp=0)
+    assert torch.equal(spec_augment(x, lens, off), x)
+
+
+def test_time_warp_keeps_ends_and_interpolates() -> None:
+    x, lens = _batch([100, 60, 9])  # the last is too short for W=5 and stays as it is
+    cfg = SpecAugmentConfig(freq_masks=0, time_masks=0, time_warp=5)
+    moved = 0
+    for seed in range(10):
+        y = spec_augment(x, lens, cfg, torch.Generator().manual_seed(seed))
+        for k, n in enumerate(lens.tolist()):
+            assert torch.allclose(y[k, 0], x[k, 0]) and torch.allclose(y[k, n - 1], x[k, n - 1])
+            assert not y[k, n:].any()
+            # each frame is a mix of two neighbouring input frames: inside the per-bin range
+            assert (y[k, :n] >= x[k, :n].min(0).values - 1e-5).all()
+            assert (y[k, :n] <= x[k, :n].max(0).values + 1e-5).all()
+        assert torch.equal(y[2], x[2])
+        moved += int(not torch.allclose(y[0], x[0]))
+    assert moved >= 5
+
+
+# --------------------------------------------------------------------------------------------- filtering
+
+
+def test_ctc_min_frames() -> None:
+    assert ctc_min_frames([]) == 0
+    assert ctc_min_frames([3, 4, 5]) == 3
+    assert ctc_min_frames([3, 3, 3, 4]) == 6  # two blanks between the repeats
+
+
+def test_filter_records_by_reason(libri, caplog) -> None:
+    _, tok = libri
+    cfg = DataConfig(max_duration=10.0)
+    recs = [
+        {"id": "ok", "audio": "-", "duration": 2.0, "text": "HELLO"},
+        {"id": "long", "audio": "-", "duration": 12.0, "text": "HELLO"},
+        {"id": "short", "audio": "-", "duration": 0.05, "text": "A"},  # 3 fbank frames < 7
+        {"id": "empty", "audio": "-", "duration": 1.0, "text": " ... "},
+        {"id": "dense", "audio": "-", "duration": 0.5, "text": "ABCDEFGHIJKLMN"},  # 48 frames -> 12 < 15
+        {"id": "repeats", "audio": "-", "duration": 0.5, "text": "AAAAAAA"},  # 7 tokens + 6 blanks > 12
+        {"id": "fits", "audio": "-", "duration": 0.5, "text": "ABCDEFGHIJ"},  # ▁ + 10 letters: 11 <= 12
+    ]
+    frontend = ASRModel(ModelConfig(frontend="linear", stack=4, vocab_size=tok.vocab_size, d_model=32, heads=2,
+                                    ffn_dim=32, encoder_layers=1, decoder_layers=1))
+    with caplog.at_level(logging.INFO):
+        kept, counts = filter_records(recs, tok, cfg, min_input_frames=7, encoder_lengths=frontend.encoder_lengths)
+    assert [r["id"] for r in kept] == ["ok", "fits"]
+    assert dict(counts) == {"too_long": 1, "too_short": 1, "empty_text": 1, "too_many_tokens": 2}
+    assert "kept 2 of 7" in caplog.text and "longer than data.max_duration" in caplog.text
+    # with speed perturbation the fastest version must still fit: at 1.1, 43 frames -> 10 < 11
+    kept, counts = filter_records(recs[-1:], tok, cfg, encoder_lengths=frontend.encoder_lengths,
+                                  speed_perturb=[0.9, 1.0, 1.1])
+    assert not kept and counts == {"too_many_tokens": 1}
+
+
+# -------------------------------------------------------------------------------------------------- CMVN
+
+
+def test_cmvn_stats_match_direct_accumulation(libri, tmp_path) -> None:
+    records, _ = libri
+    direct = CMVNStats.from_features(fbank(load_audio(r["audio"])) for r in records)
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"RIFF")
+    for workers in (0, 2):
+        stats, unreadable = compute_cmvn_stats(records + [{**records[0], "id": "bad", "audio": str(bad)}],
+                                               DataConfig(), num_workers=workers, chunk=3, progress=False)
+        assert stats.count == direct.count and unreadable == ["bad"]
+        assert torch.allclose(stats.sum, direct.sum) and torch.allclose(stats.sum_sq, direct.sum_sq)
+
+
+def test_cli_cmvn(libri, tmp_path, capsys) -> None:
+    records, _ = libri
+    write_manifest(tmp_path / "m.jsonl", records[:3])
+    rc = main(["cmvn", "--manifest", str(tmp_path / "m.jsonl"), "--out", str(tmp_path / "cmvn.json"),
+               "--num-workers", "0"])
+    assert rc == 0 and "of 3 utterances" in capsys.readouterr().out
+    stats = CMVNStats.load(tmp_path / "cmvn.json")
+    direct = CMVNStats.from_features(fbank(load_audio(r["audio"])) for r in records[:3])
+    assert stats.count == direct.count and torch.allclose(stats.sum, direct.sum)
+    data = json.loads(Path(tmp_path / "cmvn.json").read_text())
+    assert len(data["mean"]) == 80
+
+
+def test_cli_tokenizer(libri, tmp_path, capsys) -> None:
+    records, _ = libri
+    write_manifest(tmp_path / "m.jsonl", records)
+    rc = main(["tokenizer", "--manifest", str(tmp_path / "m.jsonl"), "--vocab-size", "40", "--model-type", "bpe",
+               "--out", str(tmp_path / "tok")])
+    assert rc == 0 and "40 ids" in capsys.readouterr().out
+    assert Tokenizer.load(tmp_path / "tok").vocab_size == 40
+    assert main(["tokenizer", "--manifest", str(tmp_path / "m.jsonl"), "--vocab-size", "100000",
+                 "--out", str(tmp_path / "big")]) == 2
+    assert "too large" in capsys.readouterr().err
