@@ -1,0 +1,163 @@
+#!/usr/bin/env python
+"""Data pipeline benchmark: feature speed per worker and the batch sampler's padding ratio.
+
+    python tools/bench_data.py [--data ../shared/data] [--repeats 5] [--num-workers 2]
+
+1. Seconds of audio per second of one worker (one process, one thread, as a DataLoader worker
+   runs): ``ASRDataset.__getitem__`` (load + speed perturbation + fbank + tokenize) over the
+   LibriSpeech utterances in ``--data``, without and with speed perturbation, with a breakdown
+   of where the time goes. Optionally the same through a DataLoader with ``--num-workers``.
+2. The padding ratio of ``DynamicBucketSampler`` on those utterances' durations for a few
+   batch sizes and bucket counts (mean over 5 epochs); ``num_buckets=1`` is plain random batching.
+
+Prints a table, then one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from asr.audio import fbank, load_audio, speed_perturb  # noqa: E402
+from asr.config import DataConfig  # noqa: E402
+from asr.data.dataset import ASRDataset, collate  # noqa: E402
+from asr.data.librispeech import SUBSETS, find_subset, prepare_librispeech  # noqa: E402
+from asr.data.manifest import read_manifest  # noqa: E402
+from asr.text import Tokenizer, normalize  # noqa: E402
+
+
+def load_records(data: Path, tmp: Path) -> list[dict]:
+    root = data / "LibriSpeech"
+    subsets = [s for s in SUBSETS if find_subset(root, s) is not None]
+    prepare_librispeech(root, subsets, tmp, progress=False)
+    return [r for s in subsets for r in read_manifest(tmp / f"{s}.jsonl")]
+
+
+def time_dataset(ds: ASRDataset, repeats: int) -> tuple[float, float]:
+    """(seconds of output audio, wall seconds) for ``repeats`` passes over ``ds``."""
+    audio = 0.0
+    t0 = time.perf_counter()
+    for epoch in range(repeats):
+        ds.set_epoch(epoch)
+        for i in range(len(ds)):
+            audio += ds[i]["duration"]
+    return audio, time.perf_counter() - t0
+
+
+def breakdown(records: list[dict], factors: list[float]) -> dict[str, float]:
+    """Wall seconds spent in each stage for one pass, speed factor cycling through ``factors``."""
+    t = {"load": 0.0, "speed": 0.0, "fbank": 0.0}
+    for i, r in enumerate(records):
+        a = time.perf_counter()
+        wav = load_audio(r["audio"])
+        b = time.perf_counter()
+        wav = speed_perturb(wav, 16000, factors[i % len(factors)])
+        c = time.perf_counter()
+        fbank(wav)
+        d = time.perf_counter()
+        t["load"] += b - a
+        t["speed"] += c - b
+        t["fbank"] += d - c
+    return t
+
+
+def time_loader(ds: ASRDataset, workers: int, repeats: int) -> tuple[float, float]:
+    from torch.utils.data import DataLoader
+
+    batches = [list(range(i, min(i + 4, len(ds)))) for i in range(0, len(ds), 4)]
+    audio = 0.0
+    t0 = time.perf_counter()
+    for epoch in range(repeats):
+        ds.set_epoch(epoch)
+        for b in DataLoader(ds, batch_sampler=batches, collate_fn=collate, num_workers=workers):
+            audio += sum(b.durations)
+    return audio, time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    ap.add_argument("--repeats", type=int, default=5, help="passes over the utterances per measurement")
+    ap.add_argument("--num-workers", type=int, default=0, help="also time a DataLoader with this many workers")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    torch.set_num_threads(1)  # as in a DataLoader worker
+
+    with tempfile.TemporaryDirectory() as tmp:
+        records = load_records(args.data, Path(tmp))
+        tok = Tokenizer.train([normalize(r["text"]) for r in records], Path(tmp) / "tok", None, "char")
+        total = sum(r["duration"] for r in records)
+        print(f"{len(records)} LibriSpeech utterances, {total:.1f} s of audio, from {args.data / 'LibriSpeech'}\n")
+
+        # warm up (file cache, resampling kernels)
+        ASRDataset(records[:4], tok, DataConfig(speed_perturb=[0.9, 1.1]), train=True)[0]
+        modes = [("no perturbation", []), ("speed 0.9/1.0/1.1", [0.9, 1.0, 1.1]), ("speed 0.9/1.1 only", [0.9, 1.1])]
+        rows = []
+        print(f"{'pipeline (1 worker, 1 thread)':<32}{'audio s':>10}{'wall s':>9}{'x realtime':>12}")
+        for name, factors in modes:
+            ds = ASRDataset(records, tok, DataConfig(speed_perturb=factors), train=True, seed=0)
+            audio, wall = time_dataset(ds, args.repeats)
+            rows.append((name, audio, wall))
+            print(f"{name:<32}{audio:>10.1f}{wall:>9.2f}{audio / wall:>12.1f}")
+
+        print(f"\n{'where the time goes (one pass)':<32}{'load':>10}{'speed':>9}{'fbank':>12}")
+        parts = {}
+        for name, factors in (("no perturbation", [1.0]), ("speed 0.9/1.0/1.1", [0.9, 1.0, 1.1])):
+            t = breakdown(records, factors)
+            parts[name] = t
+            s = sum(t.values())
+            print(f"{name:<32}{100 * t['load'] / s:>9.0f}%{100 * t['speed'] / s:>8.0f}%{100 * t['fbank'] / s:>11.0f}%")
+
+        loader = None
+        if args.num_workers > 0:
+            ds = ASRDataset(records, tok, DataConfig(speed_perturb=[0.9, 1.0, 1.1]), train=True)
+            audio, wall = time_loader(ds, args.num_workers, args.repeats)
+            loader = {"workers": args.num_workers, "audio_s_per_s": round(audio / wall, 1)}
+            print(f"\nDataLoader, {args.num_workers} workers, speed 0.9/1.0/1.1: {audio / wall:.1f} x realtime in all")
+
+        try:
+            from asr.data.sampler import DynamicBucketSampler
+        except ImportError:
+            DynamicBucketSampler = None  # noqa: N806
+        padding: dict[str, float] | None = None
+        if DynamicBucketSampler is not None:
+            durations = [r["duration"] for r in records]
+            padding = {}
+            print(f"\n{'sampler padding ratio (5 epochs)':<32}{'buckets':>10}{'batches':>9}{'padding':>12}")
+            for max_frames in (4000, 8000, 20000):
+                for buckets in (1, 10, 30):
+                    s = DynamicBucketSampler(durations, max_frames, 64, num_buckets=buckets, seed=0)
+                    ratios = [s.padding_ratio(e) for e in range(5)]
+                    n = statistics.mean(len(s.global_batches(e)) for e in range(5))
+                    key = f"max_frames={max_frames},num_buckets={buckets}"
+                    padding[key] = statistics.mean(ratios)
+                    print(f"{'max_frames=' + str(max_frames):<32}{buckets:>10}{n:>9.1f}{100 * padding[key]:>11.1f}%")
+        else:
+            print("\nsampler padding ratio: asr.data.sampler is not available yet")
+
+    result = {
+        "bench": "data",
+        "utterances": len(records),
+        "audio_s": round(total, 2),
+        "audio_s_per_s_per_worker": {name: round(a / w, 1) for name, a, w in rows},
+        "time_share": {k: {s: round(v / sum(t.values()), 3) for s, v in t.items()} for k, t in parts.items()},
+        "dataloader": loader,
+        "padding_ratio": None if padding is None else {k: round(v, 4) for k, v in padding.items()},
+    }
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
