@@ -43,7 +43,7 @@ class Hypothesis:
 
 def _reorder_self_kv(cache: DecoderCache, index: torch.Tensor) -> DecoderCache:
     """Reorder hypotheses within their utterances: self-attention K/V follow ``index``; the
-    cross-attention K/V rows are per utterance, identical for all its beams, so they stay put."""
+    cross-attention K/V (one row per utterance) stay put."""
     self_kv = [None if kv is None else (kv[0][index], kv[1][index]) for kv in cache.self_kv]
     return DecoderCache(self_kv, cache.cross_kv, cache.memory_keep)
 
@@ -86,8 +86,8 @@ def beam_search(
     b = utts.numel()
 
     rows = torch.arange(b, device=dev).repeat_interleave(w)  # utterance (position in utts) of each row, (B*W,)
-    base = decoder.init_cache(memory[utts], mem_lens[utts])  # cross-attention K/V once per utterance
-    cache = DecoderCache(base.self_kv, [(k[rows], v_[rows]) for k, v_ in base.cross_kv], base.memory_keep[rows])
+    # cross-attention K/V once per utterance, shared by its W hypotheses (rows are utterance-major)
+    cache = decoder.init_cache(memory[utts], mem_lens[utts])
     scorer = state = None
     if ctc_weight > 0:
         lp = model.ctc_log_probs(memory) if ctc_log_probs is None else ctc_log_probs
@@ -170,7 +170,7 @@ def beam_search(
             seqs, tokens = seqs[keep_rows], tokens[keep_rows]
             b = keep.numel()
             if b:
-                cache = cache.index_select(keep_rows)
+                cache = cache.index_select(keep_rows, cross_index=keep)
                 if scorer is not None:
                     state = state.index_select(keep_rows)  # its utt keeps pointing into the scorer's batch
 

@@ -61,8 +61,9 @@ class CTCPrefixScorer:
         b, t, v = log_probs.shape
         self.blank, self.eos, self.vocab = blank, eos, v
         self.lens = lens.to(log_probs.device)
-        self.x = log_probs.transpose(0, 1).contiguous()  # (T, B, V), stored as given; slices go float64
-        xb = self.x[:, :, blank].double().clamp_min(LOG_FLOOR)  # (T, B)
+        # (B * V, T): the frames of one (utterance, token) are contiguous, so gathering candidates is cheap
+        self.x = log_probs.transpose(1, 2).reshape(b * v, t).contiguous()
+        xb = log_probs[:, :, blank].t().double().clamp_min(LOG_FLOOR)  # (T, B)
         self.blank_cum = xb.cumsum(0)  # (T, B): log p(all blank up to t)
         self.frame = torch.arange(t, device=log_probs.device)
 
@@ -77,7 +78,7 @@ class CTCPrefixScorer:
         """log p_t(tokens[n, k]) of utterance utt[n] for every frame: (T, N, K) float64."""
         n, k = tokens.shape
         flat = (utt.unsqueeze(1) * self.vocab + tokens).flatten()  # (N * K,)
-        x = self.x.flatten(1).index_select(1, flat).view(-1, n, k)
+        x = self.x.index_select(0, flat).view(n, k, -1).permute(2, 0, 1)  # (T, N, K)
         return x.double().clamp_min(LOG_FLOOR)
 
     def _phi(self, state: CTCPrefixState, tokens: torch.Tensor) -> torch.Tensor:

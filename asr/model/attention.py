@@ -59,7 +59,9 @@ class MultiHeadAttention(nn.Module):
 
     ``past`` (self-attention only) is the (K, V) of earlier positions, (N, H, t, d_k) each; the
     new (K, V), past included, is returned so a decoder can grow its cache one step at a time.
-    Cross-attention takes precomputed (K, V) of the encoder output from :meth:`project_kv`.
+    Cross-attention takes precomputed (K, V) of the encoder output from :meth:`project_kv`; when
+    they have fewer rows than ``x`` (B' utterances for B = B' x beam hypotheses, utterance-major),
+    each utterance's hypotheses attend to its one copy, so beam search never repeats them.
     """
 
     def __init__(self, d_model: int, heads: int, dropout: float = 0.0, cross: bool = False):
@@ -92,11 +94,16 @@ class MultiHeadAttention(nn.Module):
         past: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
         b, l, d = x.shape
+        groups = 1
         if self.cross:
             assert kv is not None, "cross-attention needs the memory's keys and values"
             q = self._split(self.q(x), 1)[0]
             k, v = kv
             new_kv = None
+            groups = b // k.shape[0]  # > 1 in beam search: `groups` hypotheses share their utterance's K/V
+            if groups > 1:  # fold the hypotheses into the query length: (B', H, groups * L, d_k)
+                q = q.reshape(k.shape[0], groups, self.heads, l, self.d_k).transpose(1, 2)
+                q = q.reshape(k.shape[0], self.heads, groups * l, self.d_k)
         else:
             q, k, v = self._split(self.qkv(x), 3)
             if past is not None:
@@ -106,4 +113,6 @@ class MultiHeadAttention(nn.Module):
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=keep_mask, dropout_p=self.dropout if self.training else 0.0
         )  # (B, H, L, d_k)
+        if groups > 1:
+            y = y.reshape(k.shape[0], self.heads, groups, l, self.d_k).transpose(1, 2).reshape(b, self.heads, l, -1)
         return self.out(y.transpose(1, 2).reshape(b, l, d)), new_kv

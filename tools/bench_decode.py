@@ -1,0 +1,188 @@
+"""Decoding speed: our batched search against a textbook one-utterance-at-a-time beam search.
+
+The 100 h model (random weights, vocabulary 5000), 16 utterances of 10 s (random fbank; the
+search does the same work whatever the input), every output forced to 30 tokens (eos
+suppressed before, forced after) so that all variants do equal work. For each variant:
+
+  ours      all utterances x beams in one decoder call per step, KV cache, cross-attention K/V
+            once per utterance, vectorised CTC prefix scores (asr.decode.beam_search / greedy_search)
+  textbook  one utterance at a time; each step runs the decoder over the whole prefix of every
+            hypothesis (no cache; the beam's hypotheses share one call) and, with CTC, the prefix
+            scores of ESPnet's CTCPrefixScoreTH recursion looped over frames
+
+Both include the encoder. Prints a table and one JSON line; checks that both find the same
+hypotheses.
+
+    python tools/bench_decode.py [--utts 16] [--seconds 10] [--beam 10] [--tokens 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from asr.config import load_config
+from asr.decode import beam_search, greedy_search
+from asr.model import ASRModel
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def textbook_ctc_scores(x, r_prev, last, cand, length, blank):
+    """ESPnet-style prefix scores of one utterance's hypotheses, recursion looped over frames.
+
+    x: (T, V) CTC log-probs; r_prev: (T, 2, N); last: (N,); cand: (N, K). Returns psi (N, K), r (T, 2, N, K).
+    """
+    t_len = x.shape[0]
+    xs = x[:, cand]  # (T, N, K)
+    xb = x[:, blank].view(-1, 1, 1)
+    r = torch.full((t_len, 2) + cand.shape, -math.inf, dtype=x.dtype)
+    if length == 0:
+        r[0, 0] = xs[0]
+    r_sum = torch.logaddexp(r_prev[:, 0], r_prev[:, 1])  # (T, N)
+    phi = r_sum.unsqueeze(2).repeat(1, 1, cand.shape[1])
+    rep = cand == last.unsqueeze(1)
+    phi[:, rep] = r_prev[:, 1].unsqueeze(2).expand_as(phi)[:, rep]
+    psi = r[0, 0].clone()
+    for t in range(1, t_len):
+        r[t, 0] = torch.logaddexp(r[t - 1, 0], phi[t - 1]) + xs[t]
+        r[t, 1] = torch.logaddexp(r[t - 1, 0], r[t - 1, 1]) + xb[t]
+        psi = torch.logaddexp(psi, phi[t - 1] + xs[t])
+    return psi, r
+
+
+@torch.inference_mode()
+def textbook_beam_search(model, feats, beam, ctc_weight, n_tokens):
+    """One utterance (1, T, F): plain beam search recomputing the decoder over each full prefix."""
+    memory, mem_lens = model.encode(feats, torch.tensor([feats.shape[1]]))
+    eos, blank, v = model.eos_id, 0, model.vocab_size
+    hyps = [[model.sos_id]]
+    scores = torch.zeros(1)
+    if ctc_weight > 0:
+        x = model.ctc_log_probs(memory)[0].double()  # (T, V)
+        r = torch.stack([torch.full((x.shape[0],), -math.inf, dtype=x.dtype), x[:, blank].cumsum(0)], 1)
+        r_prev, psi_prev, last = r.unsqueeze(2), torch.zeros(1, dtype=x.dtype), torch.tensor([-1])
+    for step in range(n_tokens + 1):
+        ys = torch.tensor(hyps)  # (N, step + 1): the whole prefix, recomputed every step
+        n = ys.shape[0]
+        logits = model.decoder(ys, memory.expand(n, -1, -1), mem_lens.expand(n))[:, -1]
+        att = torch.log_softmax(logits.float(), -1)
+        att[:, blank] = -math.inf
+        if step < n_tokens:
+            att[:, eos] = -math.inf
+        else:  # forced end
+            att[:, :eos] = -math.inf
+        if ctc_weight > 0:
+            pre = att.clone()
+            pre[:, eos] = -math.inf
+            cand = torch.cat([pre.topk(int(1.5 * beam), -1).indices, torch.full((n, 1), eos)], 1)  # (N, K)
+            psi, r = textbook_ctc_scores(x, r_prev, last, cand, step, blank)
+            psi[:, -1] = torch.logaddexp(r_prev[-1, 0], r_prev[-1, 1])  # eos: the whole prefix
+            cand_scores = (1 - ctc_weight) * att.gather(1, cand) + ctc_weight * (psi - psi_prev.unsqueeze(1)).float()
+        else:
+            cand = torch.arange(v).expand(n, v)
+            cand_scores = att
+        total = (scores.unsqueeze(1) + cand_scores).flatten()
+        top, idx = total.topk(beam if step < n_tokens else 1)
+        k = cand.shape[1]
+        parent, col = (idx // k).tolist(), (idx % k).tolist()
+        tokens = [int(cand[p, c]) for p, c in zip(parent, col, strict=True)]
+        if step == n_tokens:
+            return hyps[parent[0]][1:], float(top[0])
+        hyps = [hyps[p] + [t] for p, t in zip(parent, tokens, strict=True)]
+        scores = top
+        if ctc_weight > 0:
+            p_t, c_t = torch.tensor(parent), torch.tensor(col)
+            r_prev, psi_prev, last = r[:, :, p_t, c_t], psi[p_t, c_t], torch.tensor(tokens)
+    raise AssertionError("unreachable")
+
+
+@torch.inference_mode()
+def textbook_greedy(model, feats, n_tokens):
+    memory, mem_lens = model.encode(feats, torch.tensor([feats.shape[1]]))
+    ys = [model.sos_id]
+    for _ in range(n_tokens):
+        logits = model.decoder(torch.tensor([ys]), memory, mem_lens)[0, -1]
+        logits[0] = logits[model.eos_id] = -math.inf
+        ys.append(int(logits.argmax()))
+    return ys[1:]
+
+
+@torch.inference_mode()
+def ours(model, feats, lens, beam, ctc_weight, n_tokens):
+    memory, mem_lens = model.encode(feats, lens)
+    if beam == 1 and ctc_weight == 0:
+        return [(h, None) for h in greedy_search(model, memory, mem_lens, max_len=n_tokens, min_len=n_tokens)]
+    out = beam_search(
+        model, memory, mem_lens, beam_size=beam, ctc_weight=ctc_weight, max_len=n_tokens, min_len=n_tokens
+    )
+    return [(h[0].tokens, h[0].score) for h in out]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default=str(ROOT / "configs/librispeech/transformer_100h.yaml"))
+    ap.add_argument("--vocab", type=int, default=5000)
+    ap.add_argument("--utts", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--beam", type=int, default=10)
+    ap.add_argument("--ctc-weight", type=float, default=0.3)
+    ap.add_argument("--tokens", type=int, default=30)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--skip-textbook", action="store_true")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = load_config(args.config, [f"model.vocab_size={args.vocab}"])
+    torch.manual_seed(0)
+    model = ASRModel(cfg.model).eval()
+    frames = int(args.seconds * 100)
+    feats = torch.randn(args.utts, frames, cfg.model.input_dim)
+    lens = torch.full((args.utts,), frames)
+    variants = [
+        (f"beam {args.beam} + CTC {args.ctc_weight}", args.beam, args.ctc_weight),
+        (f"beam {args.beam}, no CTC", args.beam, 0.0),
+        ("greedy", 1, 0.0),
+    ]
+    ours(model, feats[:2, :200], lens[:2].clamp_max(200), 2, args.ctc_weight, 3)  # warm-up
+    rows = []
+    record = {"utts": args.utts, "seconds": args.seconds, "tokens": args.tokens, "threads": torch.get_num_threads()}
+    for name, beam, w in variants:
+        t0 = time.perf_counter()
+        ours_out = ours(model, feats, lens, beam, w, args.tokens)
+        t_ours = time.perf_counter() - t0
+        assert all(len(h) == args.tokens for h, _ in ours_out)
+        t_text, agree = math.nan, None
+        if not args.skip_textbook:
+            t0 = time.perf_counter()
+            text_out = []
+            for i in range(args.utts):
+                if beam == 1 and w == 0:
+                    text_out.append(textbook_greedy(model, feats[i : i + 1], args.tokens))
+                else:
+                    text_out.append(textbook_beam_search(model, feats[i : i + 1], beam, w, args.tokens)[0])
+            t_text = time.perf_counter() - t0
+            agree = sum(a == b for (a, _), b in zip(ours_out, text_out, strict=True))
+        ups_ours, ups_text = args.utts / t_ours, args.utts / t_text
+        rows.append((name, ups_ours, ups_text, ups_ours / ups_text, agree))
+        key = name.split(",")[0].replace(" + ", "_").replace(" ", "").lower() if w == 0 else f"beam{beam}_ctc"
+        key = {"greedy": "greedy"}.get(name, key if w else f"beam{beam}_noctc")
+        record[key] = {
+            "ours_utt_per_s": round(ups_ours, 3),
+            "textbook_utt_per_s": round(ups_text, 3),
+            "speedup": round(ups_ours / ups_text, 2),
+            "same_hypotheses": agree,
+        }
+    print(f"{'variant':<22}{'ours utt/s':>12}{'textbook utt/s':>16}{'speed-up':>10}{'same hyps':>11}")
+    for name, a, b, s, agree in rows:
+        print(f"{name:<22}{a:>12.2f}{b:>16.2f}{s:>9.1f}x{agree!s:>11}")
+    print(json.dumps(record))
+
+
+if __name__ == "__main__":
+    main()
