@@ -29,7 +29,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from asr.audio import fbank, load_audio, speed_perturb  # noqa: E402
+from asr.audio import fbank_batch, load_audio, speed_perturb  # noqa: E402
 from asr.config import DataConfig  # noqa: E402
 from asr.data.dataset import ASRDataset, collate  # noqa: E402
 from asr.data.librispeech import SUBSETS, find_subset, prepare_librispeech  # noqa: E402
@@ -44,15 +44,17 @@ def load_records(data: Path, tmp: Path) -> list[dict]:
     return [r for s in subsets for r in read_manifest(tmp / f"{s}.jsonl")]
 
 
-def time_dataset(ds: ASRDataset, repeats: int) -> tuple[float, float]:
-    """(seconds of output audio, wall seconds) for ``repeats`` passes over ``ds``."""
-    audio = 0.0
-    t0 = time.perf_counter()
+def time_dataset(ds: ASRDataset, repeats: int) -> list[float]:
+    """Seconds of output audio per wall second, for each of ``repeats`` passes (epochs) over ``ds``."""
+    rates = []
     for epoch in range(repeats):
         ds.set_epoch(epoch)
+        audio = 0.0
+        t0 = time.perf_counter()
         for i in range(len(ds)):
             audio += ds[i]["duration"]
-    return audio, time.perf_counter() - t0
+        rates.append(audio / (time.perf_counter() - t0))
+    return rates
 
 
 def breakdown(records: list[dict], factors: list[float]) -> dict[str, float]:
@@ -64,7 +66,7 @@ def breakdown(records: list[dict], factors: list[float]) -> dict[str, float]:
         b = time.perf_counter()
         wav = speed_perturb(wav, 16000, factors[i % len(factors)])
         c = time.perf_counter()
-        fbank(wav)
+        fbank_batch([wav])
         d = time.perf_counter()
         t["load"] += b - a
         t["speed"] += c - b
@@ -100,16 +102,16 @@ def main() -> int:
         total = sum(r["duration"] for r in records)
         print(f"{len(records)} LibriSpeech utterances, {total:.1f} s of audio, from {args.data / 'LibriSpeech'}\n")
 
-        # warm up (file cache, resampling kernels)
-        ASRDataset(records[:4], tok, DataConfig(speed_perturb=[0.9, 1.1]), train=True)[0]
+        # warm up: one untimed pass (file cache, allocator, resampling kernels)
+        time_dataset(ASRDataset(records, tok, DataConfig(speed_perturb=[0.9, 1.0, 1.1]), train=True), 2)
         modes = [("no perturbation", []), ("speed 0.9/1.0/1.1", [0.9, 1.0, 1.1]), ("speed 0.9/1.1 only", [0.9, 1.1])]
         rows = []
-        print(f"{'pipeline (1 worker, 1 thread)':<32}{'audio s':>10}{'wall s':>9}{'x realtime':>12}")
+        print(f"{'audio s per s, 1 worker/1 thread':<32}{'median':>10}{'best':>9}{'worst':>12}")
         for name, factors in modes:
             ds = ASRDataset(records, tok, DataConfig(speed_perturb=factors), train=True, seed=0)
-            audio, wall = time_dataset(ds, args.repeats)
-            rows.append((name, audio, wall))
-            print(f"{name:<32}{audio:>10.1f}{wall:>9.2f}{audio / wall:>12.1f}")
+            rates = time_dataset(ds, args.repeats)
+            rows.append((name, statistics.median(rates)))
+            print(f"{name:<32}{statistics.median(rates):>10.0f}{max(rates):>9.0f}{min(rates):>12.0f}")
 
         print(f"\n{'where the time goes (one pass)':<32}{'load':>10}{'speed':>9}{'fbank':>12}")
         parts = {}
@@ -150,7 +152,7 @@ def main() -> int:
         "bench": "data",
         "utterances": len(records),
         "audio_s": round(total, 2),
-        "audio_s_per_s_per_worker": {name: round(a / w, 1) for name, a, w in rows},
+        "audio_s_per_s_per_worker": {name: round(r, 1) for name, r in rows},  # median over passes
         "time_share": {k: {s: round(v / sum(t.values()), 3) for s, v in t.items()} for k, t in parts.items()},
         "dataloader": loader,
         "padding_ratio": None if padding is None else {k: round(v, 4) for k, v in padding.items()},

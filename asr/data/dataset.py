@@ -1,7 +1,8 @@
 """From manifest records to padded batches: on-the-fly features, filtering, SpecAugment, CMVN stats.
 
 One utterance (in a DataLoader worker): load (offset/end) -> speed perturbation (training) ->
-Kaldi fbank (dither in training) -> normalise and tokenize the text. ``collate`` pads a list of
+Kaldi fbank (``asr.audio.fbank_batch``: float32 with float64 fix-ups, within 2e-3 of ``fbank`` and
+about 3x faster; dither in training) -> normalise and tokenize the text. ``collate`` pads a list of
 utterances into a :class:`Batch`; ``spec_augment`` masks a batch (training only, on any device).
 Everything random is a pure function of (seed, epoch, utterance) or of an explicit generator, so a
 resumed run sees the same data.
@@ -21,7 +22,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from ..audio import AudioError, fbank, load_audio, num_frames, speed_perturb
+from ..audio import AudioError, fbank_batch, load_audio, num_frames, speed_perturb
 from ..config import DataConfig, SpecAugmentConfig
 from ..text import Tokenizer, normalize
 
@@ -126,11 +127,11 @@ class ASRDataset(Dataset):
             wav = load_audio(rec["audio"], sr, rec.get("offset", 0.0), rec.get("end"))  # (N,)
             wav = speed_perturb(wav, sr, factor)
             if self.dither > 0:
-                with torch.random.fork_rng(devices=[]):  # Kaldi dither draws from the global RNG
+                with torch.random.fork_rng(devices=[]):  # dither draws from the global RNG
                     torch.manual_seed(self._rng(index).getrandbits(63))
-                    feats = fbank(wav, sr, self.cfg.num_mel_bins, self.dither)  # (T, F)
+                    feats = fbank_batch([wav], sr, self.cfg.num_mel_bins, self.dither)[0]  # (T, F)
             else:
-                feats = fbank(wav, sr, self.cfg.num_mel_bins)  # (T, F)
+                feats = fbank_batch([wav], sr, self.cfg.num_mel_bins)[0]  # (T, F)
         except AudioError as e:
             log.warning("skipping utterance %s: %s", rec["id"], e)
             return None
@@ -342,7 +343,7 @@ class _CMVNChunks(Dataset):
         for rec in self.records[i * self.chunk : (i + 1) * self.chunk]:
             try:
                 wav = load_audio(rec["audio"], self.cfg.sample_rate, rec.get("offset", 0.0), rec.get("end"))
-                x = fbank(wav, self.cfg.sample_rate, f).to(torch.float64)  # (T, F)
+                x = fbank_batch([wav], self.cfg.sample_rate, f)[0].to(torch.float64)  # (T, F)
             except AudioError as e:
                 log.warning("CMVN: skipping %s: %s", rec["id"], e)
                 bad.append(rec["id"])
