@@ -179,11 +179,11 @@ def prune_checkpoints(exp_dir: str | os.PathLike, keep_last: int, protect: set[s
     epochs = [c for c in cks if c["kind"] == "epoch"]
     steps = [c for c in cks if c["kind"] == "step"]
     last_epoch_step = epochs[-1]["step"] if epochs else -1
-    doomed = [c for c in epochs[:-keep_last] if c["path"].name not in protect]
     live_steps = [c for c in steps if c["step"] > last_epoch_step]
-    doomed += [c for c in steps if c["step"] <= last_epoch_step] + live_steps[:-keep_last]
+    doomed = epochs[:-keep_last] + [c for c in steps if c["step"] <= last_epoch_step] + live_steps[:-keep_last]
     for c in doomed:
-        c["path"].unlink(missing_ok=True)
+        if c["path"].name not in protect:
+            c["path"].unlink(missing_ok=True)
 
 
 def average_state_dicts(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
