@@ -50,6 +50,7 @@ def test_item_is_fbank_of_the_file_and_tokens_of_the_text(libri) -> None:
     assert item["tokens"].tolist() == tok.encode(normalize(records[0]["text"]))
     assert item["duration"] == pytest.approx(records[0]["duration"], abs=1e-3)
     assert ds.durations == [r["duration"] for r in records]
+    assert len(ds) == len(records) and all(ds.record(i) == r for i, r in enumerate(records))
 
 
 def test_segment_offsets_are_honoured(libri, tmp_path) -> None:
