@@ -196,6 +196,20 @@ def test_download_cut_off_and_resumed(data_root, tmp_path, http_server) -> None:
     assert len(list((corpus / "LibriSpeech" / "dev-clean").rglob("*.flac"))) == 3
 
 
+def test_interrupted_extraction_is_redone(data_root, tmp_path, http_server) -> None:
+    state, url = http_server
+    md5 = _librispeech_tarball(data_root, state.root / "dev-clean.tar.gz")
+    corpus = tmp_path / "corpus"
+    # the archive is complete but extraction was killed: a temporary folder, no LibriSpeech/dev-clean
+    download(url + "dev-clean.tar.gz", corpus / "dev-clean.tar.gz", md5, progress=False)
+    stale = corpus / "LibriSpeech" / ".dev-clean.extract-killed" / "LibriSpeech" / "dev-clean"
+    stale.mkdir(parents=True)
+    download_librispeech(corpus, ["dev-clean"], url, md5={"dev-clean": md5}, progress=False)
+    assert len(state.requests) == 1  # the verified archive was not fetched again
+    assert _leftovers(corpus) == ["LibriSpeech"] and _leftovers(corpus / "LibriSpeech") == ["dev-clean"]
+    assert len(list((corpus / "LibriSpeech" / "dev-clean").rglob("*.flac"))) == 3
+
+
 def test_download_resumes_within_one_call(tmp_path, http_server) -> None:
     state, url = http_server
     payload = np.random.default_rng(0).bytes(300_000)

@@ -153,6 +153,9 @@ def extract(
     if dest.exists():
         raise DownloadError(f"{dest}: already exists; not extracting {archive} over it")
     dest.parent.mkdir(parents=True, exist_ok=True)
+    for stale in dest.parent.glob(f".{dest.name}.extract-*"):  # left by an extraction that was killed
+        log.info("removing %s, left by an interrupted extraction", stale)
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.extract-", dir=dest.parent))
     try:
         log.info("extracting %s", archive)
