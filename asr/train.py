@@ -382,8 +382,12 @@ def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str
             f"{tokenizer.vocab_size} ids; leave it 0 to take the tokenizer's"
         )
     cfg.model.vocab_size = tokenizer.vocab_size
-    torch.manual_seed(tcfg.seed)
+    torch.manual_seed(tcfg.seed)  # the same initial weights on every rank
     model = ASRModel(cfg.model).to(env.device)
+    rank_seed = tcfg.seed * 1_000_003 + 1 + env.rank  # then a stream per rank (dropout differs across ranks)
+    torch.manual_seed(rank_seed)
+    random.seed(rank_seed)
+    np.random.seed(rank_seed % 2**32)
     data = build_data(cfg, tokenizer, model)
     train_records, train_ds = data["train"]
 
@@ -538,18 +542,20 @@ def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str
                 group = list(islice(batches, tcfg.accum_grad))
                 if not group:
                     break
-                # (1) the global utterance count this step normalises by; skipped files; stop flag
+                # (1) the global utterance count this step normalises by; audio seconds; unreadable files
                 local_utts = sum(b.feats.shape[0] for b in group)
                 local_skipped = sum(b.skipped for b in group)
-                g_utts, g_skipped, g_seen = all_reduce([local_utts, local_skipped, local_utts + local_skipped], env)
+                local_audio = sum(sum(b.durations) for b in group)
+                g_utts, g_skipped, g_audio = all_reduce([local_utts, local_skipped, local_audio], env)
+                audio_since += g_audio
                 counters["skipped_files"] += int(g_skipped)
-                counters["seen_files"] += int(g_seen)
+                counters["seen_files"] += int(g_utts + g_skipped)
                 if counters["seen_files"] >= SKIP_CHECK_MIN:  # fail early when most of the data is unreadable
                     check_skip_ratio(
                         counters["skipped_files"], counters["seen_files"], cfg.data.max_skip_ratio, f"epoch {epoch + 1}"
                     )
                 # (2) forward/backward every micro-batch, gradients synchronised on the last one
-                sums = torch.zeros(6, dtype=torch.float64)  # loss, att, ctc, correct, tokens, non-finite
+                sums = torch.zeros(6, dtype=torch.float64, device=env.device)  # loss att ctc correct tokens bad
                 oom = False
                 for i, batch in enumerate(group):
                     sync = i == len(group) - 1
@@ -568,9 +574,12 @@ def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str
                             with autocast(precision, env.device):
                                 out = model(feats, feat_lens, toks, tok_lens)
                             scaler.scale(out["loss"] * weight).backward()
-                    except torch.OutOfMemoryError:
-                        if env.world_size > 1:
-                            raise  # other ranks wait in the all-reduce: no safe way to skip under DDP
+                    except torch.OutOfMemoryError as e:
+                        if env.world_size > 1:  # the other ranks wait in the all-reduce: no safe way to skip
+                            raise TrainingAborted(
+                                f"out of memory on rank {env.rank} (batch of {b} utterances) under DDP: lower "
+                                f"data.max_frames; the last checkpoint in {exp / 'checkpoints'} is kept"
+                            ) from e
                         log.warning("out of memory on a batch of %d utterances (%s...): skipped", b, batch.ids[:1])
                         oom = True
                         break
@@ -583,7 +592,6 @@ def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str
                             sums[3] += out["acc"].double() * out["num_tokens"]
                             sums[4] += out["num_tokens"]
                         sums[5] += (~torch.isfinite(loss)).double()
-                        audio_since += sum(batch.durations)
                 if oom:
                     optimizer.zero_grad(set_to_none=True)
                     if env.device.type == "cuda":
@@ -592,17 +600,26 @@ def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str
                     batches_done += len(group)
                     bar.update(len(group))
                     continue
-                # (3) agree on the step's numbers, non-finite losses, stopping
+                # (3) agree on the step's numbers, non-finite losses and stopping; clip; update
                 loss_sum, att_sum, ctc_sum, correct, ntok, nonfinite, stop_any = all_reduce(
                     [*sums.tolist(), float(stop.signum)], env
                 )
                 batches_done += len(group)
                 bar.update(len(group))
-                if nonfinite > 0:
+                bad = nonfinite > 0
+                if not bad:
+                    scaler.unscale_(optimizer)
+                    max_norm = tcfg.grad_clip if tcfg.grad_clip > 0 else float("inf")
+                    grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), max_norm)
+                    # Gradients are all-reduced, so every rank sees the same norm. Under fp16 an overflow
+                    # is the GradScaler's business (it skips the update and lowers the scale).
+                    bad = not scaler.is_enabled() and not bool(torch.isfinite(grad_norm))
+                if bad:
                     counters["bad_steps"] += 1
                     bad_in_row += 1
                     optimizer.zero_grad(set_to_none=True)
-                    log.warning("non-finite loss at step %d: step skipped (%d in a row)", step + 1, bad_in_row)
+                    what = "loss" if nonfinite > 0 else "gradient"
+                    log.warning("non-finite %s at step %d: step skipped (%d in a row)", what, step + 1, bad_in_row)
                     if bad_in_row >= tcfg.max_bad_steps:
                         raise TrainingAborted(
                             f"{bad_in_row} non-finite losses in a row (train.max_bad_steps={tcfg.max_bad_steps}) at "
@@ -611,10 +628,6 @@ def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str
                         )
                 else:
                     bad_in_row = 0
-                    scaler.unscale_(optimizer)
-                    grad_norm = torch.nn.utils.clip_grad_norm_(
-                        raw_model.parameters(), tcfg.grad_clip if tcfg.grad_clip > 0 else float("inf")
-                    )
                     scaler.step(optimizer)  # skips the update itself when fp16 gradients overflowed
                     scaler.update()
                     optimizer.zero_grad(set_to_none=True)
@@ -635,7 +648,7 @@ def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str
                                 "acc": correct / ntok if ntok else None,
                                 "lr": lr,
                                 "grad_norm": float(grad_norm),
-                                "audio_s_per_s": audio_since * env.world_size / max(now - t_last, 1e-9),
+                                "audio_s_per_s": audio_since / max(now - t_last, 1e-9),
                                 "time": now,
                             }
                             metrics_log.write(rec)
@@ -659,7 +672,7 @@ def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str
                     break
                 if tcfg.max_steps and step >= tcfg.max_steps:
                     break
-                if tcfg.checkpoint_interval and step % tcfg.checkpoint_interval == 0 and nonfinite == 0:
+                if tcfg.checkpoint_interval and step % tcfg.checkpoint_interval == 0 and not bad:
                     if batches_done < len(sampler):  # at the epoch's end the epoch checkpoint follows
                         save("step", batches_done)
             bar.close()
@@ -695,17 +708,23 @@ def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str
     return summary
 
 
+SHAPE_KEYS = ("input_dim", "d_model", "heads", "ffn_dim", "encoder_layers", "decoder_layers", "frontend", "stack",
+              "norm", "vocab_size")  # fmt: skip
+
+
 def _check_same_model(saved_model: dict[str, Any], cfg: Config, exp: Path) -> None:
-    """A checkpoint's weights only fit the model it was trained as: refuse a changed model section."""
+    """A checkpoint's weights only fit the model it was trained as: refuse a changed architecture
+    (dropout, loss weights and the like may change, with a warning)."""
     for k, v in saved_model.items():
         now = getattr(cfg.model, k)
-        if k == "vocab_size" and now == 0:
+        if (k == "vocab_size" and now == 0) or now == v:
             continue
-        if now != v:
+        if k in SHAPE_KEYS:
             raise ConfigError(
                 f"model.{k}: {exp} was trained with {v!r}, the config now says {now!r}; "
                 f"use another --out for a different model"
             )
+        log.warning("model.%s changed from %r to %r since the checkpoint: the run continues with %r", k, v, now, now)
 
 
 def _update_best(best: list[dict], name: str, value: float, epoch: int, step: int, tcfg: TrainConfig) -> list[dict]:

@@ -323,3 +323,36 @@ def test_memorises_20_librispeech_utterances(corpus, tmp_path):
     print(f"memorisation: WER {wer:.1f}% on {words} words after {minutes:.1f} min")
     assert wer < 10.0
     assert minutes < 10.0
+
+
+def test_unreadable_files_counted_and_limit_enforced(corpus, tmp_path):
+    from asr.data.dataset import DataError
+    from asr.data.manifest import read_manifest, write_manifest
+
+    recs = read_manifest(corpus["short4"])
+    bad = tmp_path / "broken.flac"
+    bad.write_bytes(b"not audio at all")
+    recs[1] = {**recs[1], "id": "broken", "audio": str(bad)}
+    write_manifest(tmp_path / "m.jsonl", recs)
+    corpus = {**corpus, "m": tmp_path / "m.jsonl"}
+    ok = write_config(tmp_path / "ok.yaml", corpus, "m", data={"max_skip_ratio": 0.5}, train={"epochs": 1})
+    summary = train(load_config(ok), tmp_path / "exp_ok")
+    assert summary["skipped_files"] == 1 and summary["seen_files"] == 4
+    strict = write_config(tmp_path / "strict.yaml", corpus, "m", data={"max_skip_ratio": 0.1}, train={"epochs": 1})
+    with pytest.raises(DataError, match="1 of 4 utterances"):
+        train(load_config(strict), tmp_path / "exp_strict")
+
+
+def test_plot_writes_png_or_says_what_is_missing(corpus, tmp_path):
+    from asr.plot import plot_run
+
+    cfg_path = write_config(tmp_path / "c.yaml", corpus, "short4", dev="short4", train={"epochs": 1})
+    train(load_config(cfg_path), tmp_path / "exp")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match=r"pip install 'asr\[plot\]'"):
+            plot_run(tmp_path / "exp")
+    else:
+        png = plot_run(tmp_path / "exp")
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

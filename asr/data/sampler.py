@@ -177,7 +177,8 @@ class DynamicBucketSampler:
         """Continue from a saved position; the data and world size must be those it was saved with."""
         if int(state["num_utterances"]) != self.frames.numel():
             raise ValueError(
-                f"sampler state is for {state['num_utterances']} utterances, this data set has {self.frames.numel()}"
+                f"sampler state is for {state['num_utterances']} utterances, this data set has "
+                f"{self.frames.numel()} (did the manifest or the filters change since the checkpoint?)"
             )
         if int(state["seed"]) != self.seed:
             raise ValueError(f"sampler state has seed {state['seed']}, this sampler {self.seed}")

@@ -1,0 +1,150 @@
+"""Training throughput: seconds of audio per second, steps/s, achieved FLOP/s and peak memory.
+
+    python tools/bench_train.py                                  # 100 h config, 8 x 10 s, fp32 and bf16, CPU
+    python tools/bench_train.py --device cuda --precision bf16 --config configs/librispeech/transformer_960h.yaml \
+        --peak-tflops 989                                        # H100 dense bf16: prints model FLOP utilisation
+
+One full training step as ``asr train`` takes it (autocast forward, loss, backward, gradient
+clipping, AdamW) on a fixed batch of random fbank features with random token sequences: the data
+pipeline is not measured (tools/bench_data.py does that). Each precision runs in its own process
+so its peak resident memory (CPU) or peak allocated memory (CUDA) is its own. FLOPs per step are
+counted once with ``torch.utils.flop_counter`` (forward + backward, matmuls and attention).
+Prints a table and one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def worker(args: argparse.Namespace) -> dict:
+    import torch
+
+    from asr.config import load_config
+    from asr.model import ASRModel
+    from asr.train import autocast, resolve_precision
+
+    device = torch.device(args.device)
+    precision = resolve_precision(args.precision, device)
+    cfg = load_config(args.config, [f"model.vocab_size={args.vocab}"])
+    torch.manual_seed(0)
+    model = ASRModel(cfg.model).to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    frames = int(args.seconds * 100)
+    feats = torch.randn(args.batch, frames, cfg.model.input_dim, device=device) * 3 + 10  # (B, T, 80)
+    feat_lens = torch.full((args.batch,), frames, device=device)
+    tokens = torch.randint(1, args.vocab - 1, (args.batch, args.tokens), device=device)  # (B, U)
+    token_lens = torch.full((args.batch,), args.tokens, device=device)
+
+    def step() -> None:
+        with autocast(precision, device):
+            loss = model(feats, feat_lens, tokens, token_lens)["loss"]
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as fc:
+        step()
+    flops = fc.get_total_flops()
+    for _ in range(args.warmup):
+        step()
+    sync()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    t = times[len(times) // 2]  # median step
+    if device.type == "cuda":
+        peak_mb = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    out = {
+        "precision": precision,
+        "device": str(device),
+        "threads": torch.get_num_threads(),
+        "params_m": model.num_parameters() / 1e6,
+        "step_s": t,
+        "steps_per_s": 1 / t,
+        "audio_s_per_s": args.batch * args.seconds / t,
+        "tflop_per_step": flops / 1e12,
+        "achieved_tflops": flops / t / 1e12,
+        "peak_mem_mb": peak_mb,
+    }
+    if args.peak_tflops:
+        out["mfu"] = out["achieved_tflops"] / args.peak_tflops
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default=str(REPO / "configs/librispeech/transformer_100h.yaml"))
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--precision", nargs="+", default=["fp32", "bf16"])
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seconds", type=float, default=10.0, help="duration of every utterance")
+    p.add_argument("--tokens", type=int, default=40, help="tokens per utterance (about 10 s of speech, 5000 BPE)")
+    p.add_argument("--vocab", type=int, default=5000)
+    p.add_argument("--steps", type=int, default=5, help="timed steps (the median is reported)")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--peak-tflops", type=float, default=0.0, help="device peak for the precision, for MFU")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        args.precision = args.precision[0]
+        print(json.dumps(worker(args)))
+        return
+    rows = []
+    for prec in args.precision:
+        cmd = [sys.executable, __file__, "--worker", "--precision", prec]
+        for k in ("config", "device", "batch", "seconds", "tokens", "vocab", "steps", "warmup", "peak_tflops"):
+            cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            sys.exit(f"bench_train: {prec} failed:\n{res.stderr[-3000:]}")
+        rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
+    cfg_name = Path(args.config).stem
+    print(f"training step, {cfg_name}, batch {args.batch} x {args.seconds:g} s, {args.tokens} tokens/utt, "
+          f"vocab {args.vocab}, {rows[0]['params_m']:.1f} M parameters, {rows[0]['threads']} threads")  # fmt: skip
+    head = (
+        f"{'precision':<10}{'step s':>9}{'steps/s':>9}{'audio s/s':>11}{'TFLOP/step':>12}{'TFLOP/s':>9}{'peak MB':>10}"
+    )
+    if args.peak_tflops:
+        head += f"{'MFU':>8}"
+    print(head)
+    for r in rows:
+        line = (
+            f"{r['precision']:<10}{r['step_s']:>9.3f}{r['steps_per_s']:>9.2f}{r['audio_s_per_s']:>11.1f}"
+            f"{r['tflop_per_step']:>12.3f}{r['achieved_tflops']:>9.3f}{r['peak_mem_mb']:>10.0f}"
+        )
+        if args.peak_tflops:
+            line += f"{100 * r['mfu']:>7.1f}%"
+        print(line)
+    print(json.dumps({"bench": "train", "config": cfg_name, "batch": args.batch, "seconds": args.seconds,
+                      "results": rows}))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
