@@ -79,7 +79,7 @@ def http_server(tmp_path):
     state.root.mkdir()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server.state = state
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield state, f"http://127.0.0.1:{server.server_address[1]}/"
     server.shutdown()
