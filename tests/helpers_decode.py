@@ -59,3 +59,32 @@ def trained_tiny_model(vocab: int = 12, steps: int = 120, seed: int = 0) -> tupl
         loss.backward()
         opt.step()
     return model.eval(), cfg, protos
+
+
+def librispeech_records(data_root: Path) -> list[dict]:
+    """Manifest records (id, audio, duration, text) of the LibriSpeech utterances in the test data."""
+    from asr.audio import audio_duration
+
+    records = []
+    for trans in sorted((data_root / "LibriSpeech").rglob("*.trans.txt")):
+        for line in trans.read_text().splitlines():
+            uid, text = line.split(maxsplit=1)
+            audio = trans.parent / f"{uid}.flac"
+            records.append({"id": uid, "audio": str(audio), "duration": audio_duration(audio), "text": text})
+    return records
+
+
+def make_model_dir(out: Path, data_root: Path, seed: int = 0, overrides: list[str] | None = None) -> Path:
+    """A model directory: the tiny config, a char tokenizer trained on the LibriSpeech transcripts,
+    random weights with a sharpened CTC head (so CTC outputs are peaky and texts non-empty)."""
+    from asr.checkpoint import save_model_dir
+    from asr.text import Tokenizer, normalize
+
+    texts = [normalize(r["text"]) for r in librispeech_records(data_root)]
+    tok = Tokenizer.train(texts, out / "tok", None, "char")
+    cfg = load_config(CONFIGS / "tiny.yaml", [f"model.vocab_size={tok.vocab_size}", *(overrides or [])])
+    torch.manual_seed(seed)
+    model = ASRModel(cfg.model)
+    with torch.no_grad():
+        model.ctc.weight.mul_(4.0)
+    return save_model_dir(out / "model", cfg, model.state_dict(), tokenizer_model=tok.model_path)

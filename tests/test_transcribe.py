@@ -1,0 +1,199 @@
+"""Long-form transcription, output formats, `asr decode`/`asr transcribe`/`asr score` end to end."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+
+import pytest
+import soundfile as sf
+import torch
+from helpers_decode import librispeech_records, make_model_dir
+
+import asr
+from asr.audio import fbank_batch, load_audio
+from asr.cli import main
+from asr.config import DecodeConfig
+from asr.decode import recognize
+from asr.transcribe import Transcriber, find_cut, to_srt, to_vtt
+
+tmod = importlib.import_module("asr.transcribe")  # the module; `asr.transcribe` is the function
+CTC = DecodeConfig(mode="ctc_greedy")
+
+
+@pytest.fixture(scope="module")
+def model_dir(data_root, tmp_path_factory):
+    return make_model_dir(tmp_path_factory.mktemp("model"), data_root)
+
+
+@pytest.fixture(scope="module")
+def model(model_dir):
+    return asr.load_model(model_dir)
+
+
+@pytest.fixture(scope="module")
+def long_wav(data_root, tmp_path_factory):
+    """About 75 s of real speech: LibriSpeech utterances separated by 0.8 s of silence.
+    Returns the path and the (start, end) seconds of each silence."""
+    recs = sorted(librispeech_records(data_root), key=lambda r: r["id"])[:8]
+    parts, gaps, t = [], [], 0.0
+    for r in recs:
+        wav = load_audio(r["audio"])
+        parts += [wav, torch.zeros(12800)]
+        t += wav.numel() / 16000
+        gaps.append((t, t + 0.8))
+        t += 0.8
+    path = tmp_path_factory.mktemp("long") / "long.flac"
+    sf.write(path, torch.cat(parts).numpy(), 16000)
+    return path, gaps
+
+
+def test_find_cut_lands_in_pause():
+    g = torch.Generator().manual_seed(0)
+    wav = torch.randn(16000 * 10, generator=g) * 0.3
+    wav[16000 * 6 : int(16000 * 6.5)] *= 0.01  # a pause at 6.0-6.5 s
+    wav[int(16000 * 8.2) : int(16000 * 8.22)] = 0.0  # a 20 ms stop: too short to be a pause
+    cut = find_cut(wav, 16000, 3.0, 10.0)
+    assert 6.0 * 16000 < cut < 6.5 * 16000
+
+
+def test_long_file_cut_in_pauses_and_joined(model, long_wav, monkeypatch):
+    path, gaps = long_wav
+    reads = []
+
+    def spy(p, sr=16000, offset=0.0, end=None):
+        wav = load_audio(p, sr, offset, end)
+        reads.append(wav.numel() / sr)
+        return wav
+
+    monkeypatch.setattr(tmod, "load_audio", spy)
+    tr = Transcriber(model, CTC, window=30.0, batch_size=2)
+    t = tr.transcribe_file(path)
+    duration = sf.info(path).duration
+    assert t.duration == pytest.approx(duration, abs=1e-3)
+    assert max(reads) <= 30.0 + 1e-6 and len(reads) == len(t.segments)  # never more than a window in memory
+    assert len(t.segments) >= 3
+    assert t.segments[0].start == 0.0 and t.segments[-1].end == pytest.approx(duration, abs=2e-3)
+    for a, b in zip(t.segments, t.segments[1:], strict=False):
+        assert a.end == b.start  # contiguous, no overlap
+        assert any(lo <= a.end <= hi for lo, hi in gaps), f"cut at {a.end} s is not in a pause"
+    assert all(s.end - s.start <= 30.0 + 1e-3 for s in t.segments)
+    assert t.text == " ".join(s.text for s in t.segments if s.text) and t.text
+
+    # the same windows from memory give the same result, and each window alone decodes the same
+    t2 = Transcriber(model, CTC, window=30.0, batch_size=8).transcribe_waveform(load_audio(path), 16000)
+    assert [(s.start, s.end, s.text) for s in t2.segments] == [(s.start, s.end, s.text) for s in t.segments]
+    wav = load_audio(path)
+    for s in t.segments[:2]:
+        piece = wav[int(round(s.start * 16000)) : int(round(s.end * 16000))]
+        feats = fbank_batch([piece])[0]
+        (h,) = recognize(model, feats[None], torch.tensor([feats.shape[0]]), CTC)
+        assert model.tokenizer.decode(h.tokens) == s.text
+
+
+def test_python_api(model_dir, model, long_wav, data_root):
+    rec = librispeech_records(data_root)[0]
+    wav = load_audio(rec["audio"])
+    texts = asr.transcribe(model_dir, [rec["audio"], wav], mode="ctc_greedy")
+    assert isinstance(texts, list) and len(texts) == 2 and texts[0] == texts[1] and texts[0]
+    one = asr.transcribe(model, rec["audio"], beam_size=2, mode="rescore")
+    assert isinstance(one, str)
+    with pytest.raises(asr.AudioError, match="nope.wav"):
+        asr.transcribe(model, "nope.wav")
+
+
+def test_cli_transcribe_formats_and_bad_file(model_dir, long_wav, tmp_path, capsys):
+    path, _ = long_wav
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"RIFF1234WAVEjunk")
+    rc = main(["transcribe", str(path), str(bad), "--model", str(model_dir), "--format", "srt", "--mode", "ctc_greedy"])
+    out, err = capsys.readouterr()
+    assert rc == 1 and "bad.wav" in err and "1 of 2 files failed" in err
+    cues = re.findall(r"(\d+)\n(\d\d:\d\d:\d\d,\d{3}) --> (\d\d:\d\d:\d\d,\d{3})\n(.+)\n", out)
+    assert len(cues) >= 3 and cues[0][0] == "1" and cues[0][1] == "00:00:00,000"
+
+    rc = main(["transcribe", str(path), "--model", str(model_dir), "--format", "json", "--mode", "ctc_greedy"])
+    obj = json.loads(capsys.readouterr().out)
+    assert rc == 0 and obj["file"] == str(path) and obj["segments"][0]["start"] == 0.0
+    assert obj["text"] == " ".join(s["text"] for s in obj["segments"] if s["text"])
+
+    rc = main(
+        [
+            "transcribe",
+            str(path),
+            "--model",
+            str(model_dir),
+            "--format",
+            "vtt",
+            "--mode",
+            "ctc_greedy",
+            "--output-dir",
+            str(tmp_path / "out"),
+        ]
+    )
+    vtt = (tmp_path / "out" / "long.vtt").read_text()
+    assert rc == 0 and vtt.startswith("WEBVTT\n\n00:00:00.000 --> ")
+
+
+def test_srt_vtt_timestamps():
+    t = tmod.Transcript(
+        "x",
+        "a b",
+        3725.5,
+        [tmod.Segment(0.0, 1.25, "a"), tmod.Segment(1.25, 2.0, ""), tmod.Segment(3600.0, 3725.5, "b")],
+    )
+    assert to_srt(t) == "1\n00:00:00,000 --> 00:00:01,250\na\n\n2\n01:00:00,000 --> 01:02:05,500\nb\n\n"
+    assert to_vtt(t).splitlines()[2] == "00:00:00.000 --> 00:00:01.250"
+
+
+def test_cli_decode_then_score(model_dir, data_root, tmp_path, capsys):
+    import jiwer
+
+    from asr.text import normalize
+
+    recs = librispeech_records(data_root)[:10]
+    bad = tmp_path / "corrupt.flac"
+    bad.write_bytes(b"fLaC" + b"\0" * 100)
+    recs.append({"id": "corrupt", "audio": str(bad), "duration": 3.0, "text": "A B"})
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    outs = []
+    for max_frames in ("4000", "40000"):
+        hyp = tmp_path / f"hyp{max_frames}.jsonl"
+        rc = main(
+            [
+                "decode",
+                "--model",
+                str(model_dir),
+                "--manifest",
+                str(manifest),
+                "--out",
+                str(hyp),
+                "--mode",
+                "rescore",
+                "--beam-size",
+                "3",
+                "--max-frames",
+                max_frames,
+                "--num-workers",
+                "0",
+            ]
+        )
+        captured = capsys.readouterr()
+        assert rc == 1 and "corrupt" in captured.err and "RTF" in captured.out
+        lines = [json.loads(x) for x in hyp.read_text().splitlines()]
+        assert sorted(x["id"] for x in lines) == sorted(r["id"] for r in recs[:-1])
+        assert all(set(x) == {"id", "text", "score"} for x in lines)
+        outs.append({x["id"]: x["text"] for x in lines})
+    assert outs[0] == outs[1]  # batching does not change results
+
+    rc = main(["score", "--ref", str(manifest), "--hyp", str(hyp), "--json", "--report", str(tmp_path / "rep.txt")])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 0 and res["missing"] == ["corrupt"] and res["sentences"] == len(recs)
+    refs = [normalize(r["text"]) for r in recs]
+    hyps = [normalize(outs[1].get(r["id"], "")) for r in recs]
+    o = jiwer.process_words(refs, hyps)
+    assert (res["sub"], res["del"], res["ins"]) == (o.substitutions, o.deletions, o.insertions)
+    assert res["wer"] == pytest.approx(100 * o.wer, abs=1e-3)
+    assert "MISSING HYPOTHESIS" in (tmp_path / "rep.txt").read_text()
