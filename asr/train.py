@@ -198,7 +198,7 @@ class MetricsLog:
     def __init__(self, exp: Path, resume_step: int | None):
         self.path = exp / LOG_FILE
         if resume_step is not None and self.path.is_file():
-            keep = [ln for ln in self.path.read_text().splitlines() if ln and json.loads(ln)["step"] <= resume_step]
+            keep = [ln for ln in self.path.read_text().splitlines() if _logged_step(ln) <= resume_step]
             tmp = self.path.with_name(self.path.name + ".tmp")
             tmp.write_text("".join(ln + "\n" for ln in keep))
             os.replace(tmp, self.path)
@@ -223,6 +223,14 @@ class MetricsLog:
         self.f.close()
         if self.tb is not None:
             self.tb.close()
+
+
+def _logged_step(line: str) -> float:
+    """Step of a log line; a torn last line (the process was killed mid-write) counts as after any step."""
+    try:
+        return json.loads(line)["step"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return math.inf
 
 
 def word_errors(ref: str, hyp: str) -> tuple[int, int]:
