@@ -165,7 +165,9 @@ def add_train(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--config", required=True, help="experiment YAML (model, data, train, decode sections)")
     p.add_argument("--out", required=True, help="experiment directory; it becomes a model directory")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="e.g. train.lr=0.001"
+    )
     p.add_argument(
         "--resume",
         action="store_true",

@@ -232,6 +232,7 @@ def _kill_config(tmp_path, corpus) -> Path:
         model={"dropout": 0.1},
         data={
             "num_workers": 1,
+            "max_utterances": 1,  # 8 steps an epoch: room to land the kill mid-epoch
             "speed_perturb": [0.9, 1.0, 1.1],
             "specaugment": {"freq_masks": 2, "freq_width": 10, "time_masks": 2, "time_width": 0.05},
         },
@@ -257,7 +258,7 @@ def test_sigkill_mid_epoch_then_resume_is_bit_identical(corpus, tmp_path):
     args = [sys.executable, "-m", "asr", "train", "--config", str(cfg), "--out", str(exp)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_for(exp / "checkpoints" / "step_6.pt", proc)  # epoch 2 is steps 5-8: step 6 is mid-epoch
+    _wait_for(exp / "checkpoints" / "step_10.pt", proc)  # epoch 2 is steps 9-16: step 10 is mid-epoch
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
     newest = list_checkpoints(exp)[-1]
