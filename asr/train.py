@@ -476,11 +476,13 @@ def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str
     metrics_log = MetricsLog(exp, step if ck is not None else None) if env.is_main else None
     if env.is_main:
         log.info(
-            "model %s parameters, %d train utterances (%.1f h), %d batches/epoch/rank, precision %s, %d process(es)",
+            "model %s parameters, %d train utterances (%.1f h), %d batches/epoch/rank (%.1f%% padding), "
+            "precision %s, %d process(es)",
             f"{raw_model.num_parameters():,}",
             len(train_records),
             sum(r["duration"] for r in train_records) / 3600,
             len(sampler),
+            100 * sampler.padding_ratio(),
             precision,
             env.world_size,
         )
@@ -643,9 +645,10 @@ def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str
                     step += 1
                     if env.is_main:
                         lr = optimizer.param_groups[0]["lr"]
-                        bar.set_postfix(loss=f"{loss_sum / g_utts:.2f}", lr=f"{lr:.2e}", refresh=False)
+                        now = time.time()
+                        rate = audio_since / max(now - t_last, 1e-9)  # seconds of audio per second, all ranks
+                        bar.set_postfix(loss=f"{loss_sum / g_utts:.2f}", lr=f"{lr:.2e}", audio=f"{rate:.0f}s/s")
                         if step % tcfg.log_interval == 0:
-                            now = time.time()
                             rec = {
                                 "kind": "train",
                                 "step": step,
@@ -656,7 +659,7 @@ def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str
                                 "acc": correct / ntok if ntok else None,
                                 "lr": lr,
                                 "grad_norm": float(grad_norm),
-                                "audio_s_per_s": audio_since / max(now - t_last, 1e-9),
+                                "audio_s_per_s": rate,
                                 "time": now,
                             }
                             metrics_log.write(rec)
@@ -668,9 +671,6 @@ def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str
                                 "-" if rec["acc"] is None else f"{rec['acc']:.3f}",
                                 lr,
                                 rec["audio_s_per_s"],
-                            )
-                            bar.set_postfix(
-                                loss=f"{rec['loss']:.2f}", lr=f"{lr:.2e}", audio_s=f"{rec['audio_s_per_s']:.0f}/s"
                             )
                             t_last, audio_since = now, 0.0
                 if stop_any:
