@@ -37,6 +37,40 @@ def run_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_download(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("download", help="fetch a corpus (librispeech, fsdd); what is there is not fetched again")
+    corpora = p.add_subparsers(dest="corpus", metavar="CORPUS", required=True)
+    ls = corpora.add_parser("librispeech", help="LibriSpeech subsets from OpenSLR 12 (resumable, MD5-checked)")
+    ls.add_argument("--corpus-dir", required=True, help="the subsets land in CORPUS_DIR/LibriSpeech/<subset>")
+    ls.add_argument("--subsets", nargs="+", required=True, metavar="SUBSET")
+    ls.add_argument("--mirror", default=None, help="base URL holding <subset>.tar.gz (default: openslr.org)")
+    ls.add_argument("--keep-archives", action="store_true", help="keep the .tar.gz files after extraction")
+    fs = corpora.add_parser("fsdd", help="the Free Spoken Digit Dataset's GitHub archive")
+    fs.add_argument("--corpus-dir", required=True, help="the recordings land in CORPUS_DIR/free-spoken-digit-dataset")
+
+
+def run_download(args: argparse.Namespace) -> int:
+    from .data.download import DownloadError
+
+    try:
+        if args.corpus == "librispeech":
+            from .data.librispeech import OPENSLR_URL, download_librispeech
+
+            dirs = download_librispeech(
+                args.corpus_dir, args.subsets, args.mirror or OPENSLR_URL, keep_archives=args.keep_archives
+            )
+            for d in dirs:
+                print(d)
+        else:
+            from .data.fsdd import download_fsdd
+
+            print(download_fsdd(args.corpus_dir))
+    except DownloadError as e:
+        print(f"asr download: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def add_prepare(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prepare", help="turn a corpus into JSON Lines manifests (librispeech, kaldi, fsdd)")
     corpora = p.add_subparsers(dest="corpus", metavar="CORPUS", required=True)
@@ -360,6 +394,7 @@ def run_score(args: argparse.Namespace) -> int:
 
 COMMANDS = [
     ("info", add_info, run_info),
+    ("download", add_download, run_download),
     ("prepare", add_prepare, run_prepare),
     ("tokenizer", add_tokenizer, run_tokenizer),
     ("cmvn", add_cmvn, run_cmvn),
