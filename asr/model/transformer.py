@@ -13,11 +13,38 @@ from .attention import MultiHeadAttention, SinusoidalPositions, causal_keep_mask
 __all__ = ["Encoder", "Decoder", "DecoderCache"]
 
 
+class _ReluDropout(torch.autograd.Function):
+    """dropout(relu(h)) that keeps only its output for backward: the gradient passes exactly where
+    the output is positive (ReLU open and dropout kept), times the dropout scale. The same values
+    and random numbers as nn.ReLU + nn.Dropout, without keeping their two (N, ffn_dim) tensors."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+        y = F.dropout(F.relu(h), p, training)
+        ctx.save_for_backward(y)
+        ctx.p = p if training and p > 0 else None
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (y,) = ctx.saved_tensors
+        if ctx.p is not None:
+            grad = grad * torch.ones((), dtype=grad.dtype).div_(1.0 - ctx.p)  # dropout's own scale, same rounding
+        return torch.ops.aten.threshold_backward(grad, y, 0), None, None  # grad where y > 0, else 0
+
+
 class FeedForward(nn.Sequential):
-    """Position-wise FFN: Linear, ReLU, dropout, Linear."""
+    """Position-wise FFN: Linear, ReLU, dropout, Linear (ReLU and dropout fused to save memory)."""
 
     def __init__(self, d_model: int, ffn_dim: int, dropout: float):
         super().__init__(nn.Linear(d_model, ffn_dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ffn_dim, d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w1, _, drop, w2 = self
+        h = w1(x)  # (.., ffn_dim)
+        if not torch.is_grad_enabled():
+            return w2(F.dropout(F.relu(h), drop.p, self.training))
+        return w2(_ReluDropout.apply(h, drop.p, self.training))
 
 
 class EncoderLayer(nn.Module):

@@ -1,0 +1,351 @@
+"""Speed of asr next to ESPnet and SpeechBrain on this machine: training, decoding, features.
+
+One invocation runs every system in its own process (so peak memory is each one's own),
+alternating systems within each repetition so that background load hits all of them alike,
+and prints a table per section plus one JSON line of ratios (ours / peer speed; > 1 is faster).
+
+    bash tools/peers/setup.sh                               # once: ESPnet + SpeechBrain venv
+    flock /tmp/asr-cpu.lock .venv/bin/python tools/bench.py  # everything, 3 repetitions
+    .venv/bin/python tools/bench.py --sections features --reps 5
+
+Equal work everywhere: the 100 h model size (d_model 256, 4 heads, 12/6 layers, FFN 2048,
+vocabulary 500, CTC 0.3, label smoothing 0.1, random weights), the same batch shapes and
+lengths, the same number of generated tokens, the same thread count. Peers are skipped (and
+said so) when tools/peers/.venv is missing. This file imports ``asr`` only in our own workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PEERS_PY = REPO / "tools" / "peers" / ".venv" / "bin" / "python"
+OURS_PY = Path(sys.executable)
+VOCAB = 500
+
+TRAIN_SYSTEMS = ["ours-conv2d", "ours-linear", "espnet", "speechbrain"]
+
+
+# ----------------------------------------------------------------------------- shared inputs
+def train_batch(batch: int = 8, frames: int = 1000, min_frames: int = 850, vocab: int = VOCAB, seed: int = 0):
+    """Random features (B, T, 80), lengths spread over [min_frames, frames], tokens (B, U) about one per
+    20 frames (a 10 s LibriSpeech utterance has ~45 BPE-500 tokens), 0-padded."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    feats = torch.randn(batch, frames, 80, generator=g)  # (B, T, 80)
+    feat_lens = torch.linspace(frames, min_frames, batch).round().long()  # (B,)
+    token_lens = (feat_lens + 10) // 20  # (B,)
+    tokens = torch.randint(2, vocab - 1, (batch, int(token_lens.max())), generator=g)  # (B, U)
+    tokens[torch.arange(tokens.shape[1]) >= token_lens.unsqueeze(1)] = 0
+    return feats, feat_lens, tokens, token_lens
+
+
+def _mem_mb() -> tuple[float, float]:
+    """(current RSS, peak RSS) of this process in MB, from /proc."""
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        k, _, v = line.partition(":")
+        if k in ("VmRSS", "VmHWM"):
+            fields[k] = int(v.split()[0]) / 1024
+    return fields["VmRSS"], fields["VmHWM"]
+
+
+def _set_threads(n: int) -> None:
+    import torch
+
+    torch.set_num_threads(n)
+    torch.set_num_interop_threads(1)
+
+
+# ----------------------------------------------------------------------------- workers
+def _build_train(system: str):
+    """(model, loss_fn(model, batch) -> scalar, batch) for one system."""
+    import torch
+
+    feats, feat_lens, tokens, token_lens = train_batch()
+    if system.startswith("ours"):
+        from asr.config import load_config
+        from asr.model import ASRModel
+
+        cfg = load_config(REPO / "configs" / "librispeech" / "transformer_100h.yaml").model
+        cfg.vocab_size = VOCAB
+        cfg.frontend = system.split("-", 1)[1]
+        model = ASRModel(cfg)
+        batch = (feats, feat_lens, tokens, token_lens)
+
+        def loss_fn(m, b):
+            return m(*b)["loss"]
+
+        return model, loss_fn, batch
+    sys.path.insert(0, str(REPO / "tools"))
+    from peers.models import BUILDERS, Batch
+
+    build, loss_fn = BUILDERS[system]
+    torch.manual_seed(0)
+    return build(VOCAB), loss_fn, Batch(feats, feat_lens, tokens, token_lens)
+
+
+def worker_train(system: str, precision: str, threads: int, steps: int) -> dict:
+    """Forward + backward of one batch, ``steps`` times after one warm-up step; times and memory."""
+    import torch
+
+    _set_threads(threads)
+    model, loss_fn, batch = _build_train(system)
+    model.train()
+    rss_built, _ = _mem_mb()
+    params = sum(p.numel() for p in model.parameters())
+    times, losses = [], []
+    for i in range(steps + 1):
+        model.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = loss_fn(model, batch)
+        loss.backward()
+        dt = time.perf_counter() - t0
+        if i > 0:
+            times.append(dt)
+        losses.append(float(loss))
+    _, peak = _mem_mb()
+    return {"step_s": statistics.median(times), "times": times, "peak_rss_mb": peak, "rss_built_mb": rss_built,
+            "params": params, "loss": losses[0]}
+
+
+def worker_bf16_error(system: str, threads: int) -> dict:
+    """What bf16 autocast costs in accuracy: loss and gradients against fp32 on the same batch and
+    weights (eval mode, so dropout does not differ)."""
+    import torch
+
+    _set_threads(threads)
+    model, loss_fn, batch = _build_train(system)
+    model.eval()
+    out = {}
+    grads = {}
+    for prec in ("fp32", "bf16"):
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=prec == "bf16"):
+            loss = loss_fn(model, batch)
+        loss.backward()
+        out[prec] = float(loss)
+        grads[prec] = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    g32, g16 = grads["fp32"], grads["bf16"]
+    return {
+        "loss_fp32": out["fp32"],
+        "loss_bf16": out["bf16"],
+        "loss_rel_diff": abs(out["bf16"] - out["fp32"]) / abs(out["fp32"]),
+        "grad_cosine": float(torch.nn.functional.cosine_similarity(g32, g16, dim=0)),
+        "grad_rel_err": float((g16 - g32).norm() / g32.norm()),
+    }
+
+
+def worker_features(threads: int, reps: int) -> dict:
+    """fbank_batch, fbank (torchaudio, float64) and kaldi-native-fbank on the same real audio,
+    alternating; seconds per pass over all files (medians) and agreement with Kaldi."""
+    import numpy as np
+    import torch
+
+    _set_threads(threads)
+    import kaldi_native_fbank as knf
+
+    from asr.audio import fbank, fbank_batch, load_audio
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from conftest import find_data_root
+
+    root = find_data_root()
+    if root is None:
+        return {"error": "no real speech found (set ASR_TEST_DATA)"}
+    wavs = [load_audio(p) for p in sorted(root.glob("LibriSpeech/*/*/*/*.flac"))]
+    seconds = sum(w.numel() for w in wavs) / 16000
+
+    def run_knf():
+        out = []
+        for w in wavs:
+            opts = knf.FbankOptions()
+            opts.frame_opts.dither = 0.0
+            opts.frame_opts.snip_edges = True
+            opts.mel_opts.num_bins = 80
+            opts.energy_floor = 0.0
+            f = knf.OnlineFbank(opts)
+            f.accept_waveform(16000, (w * 32768.0).numpy())
+            f.input_finished()
+            out.append(np.stack([f.get_frame(i) for i in range(f.num_frames_ready)]))
+        return out
+
+    fns = {"fbank_batch": lambda: fbank_batch(wavs), "fbank": lambda: [fbank(w) for w in wavs], "knf": run_knf}
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    ref = torch.cat([torch.from_numpy(x) for x in run_knf()])
+    ours = torch.cat(fbank_batch(wavs))
+    d = (ours - ref).abs()
+    d2 = (ours - torch.cat([fbank(w) for w in wavs])).abs()
+    return {
+        "audio_s": seconds,
+        "files": len(wavs),
+        **{f"{k}_s": statistics.median(v) for k, v in times.items()},
+        "vs_knf_max": float(d.max()), "vs_knf_mean": float(d.mean()),
+        "vs_fbank_max": float(d2.max()), "vs_fbank_mean": float(d2.mean()),
+    }
+
+
+WORKERS = {"train": worker_train, "bf16_error": worker_bf16_error, "features": worker_features}
+
+
+# ----------------------------------------------------------------------------- orchestration
+def run_worker(kind: str, system: str, threads: int, timeout: float = 1800, **kw) -> dict:
+    """Run one worker in a fresh process with ``threads`` threads; its JSON result."""
+    py = PEERS_PY if system in ("espnet", "speechbrain") else OURS_PY
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore")
+    args = [str(py), str(Path(__file__).resolve()), "--worker", kind, "--system", system, "--threads", str(threads),
+            "--kwargs", json.dumps(kw)]
+    p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO)
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return {"error": f"exit {p.returncode}: {p.stderr.strip().splitlines()[-1:] or p.stdout[-300:]}"}
+
+
+def _median(results: list[dict], key: str) -> float | None:
+    vals = [r[key] for r in results if key in r]
+    return statistics.median(vals) if vals else None
+
+
+def section_train(systems: list[str], threads_list: list[int], reps: int, steps: int, log) -> tuple[list, dict]:
+    runs: dict[tuple, list[dict]] = {}
+    configs = [(s, p) for s in systems for p in (("fp32", "bf16") if s.startswith("ours") else ("fp32",))]
+    for rep in range(reps):
+        for threads in threads_list:
+            order = configs[rep % len(configs):] + configs[: rep % len(configs)]  # rotate the order each rep
+            for system, prec in order:
+                r = run_worker("train", system, threads, precision=prec, steps=steps)
+                runs.setdefault((system, prec, threads), []).append(r)
+                log(f"  train rep {rep + 1}/{reps} {threads}T {system} {prec}: "
+                    + (f"{r['step_s']:.2f} s/step, peak {r['peak_rss_mb']:.0f} MB" if "step_s" in r else r["error"]))
+    rows, ratios = [], {}
+    for threads in threads_list:
+        base = runs.get(("espnet", "fp32", threads))
+        base_t = _median(base, "step_s") if base else None
+        base_m = _median(base, "peak_rss_mb") if base else None
+        for system, prec in configs:
+            rs = runs[(system, prec, threads)]
+            t, m = _median(rs, "step_s"), _median(rs, "peak_rss_mb")
+            if t is None:
+                rows.append([f"{threads}", system, prec, "failed: " + rs[0].get("error", "?"), "", "", "", ""])
+                continue
+            speed = base_t / t if base_t else None
+            mem = m / base_m if base_m else None
+            rows.append([f"{threads}", system, prec, f"{t:.2f}", f"{8 / t:.2f}", f"{m / 1024:.2f}",
+                         f"{speed:.2f}x" if speed else "-", f"{mem:.2f}" if mem else "-"])
+            if system != "espnet" and speed:
+                ratios[f"train_{threads}t_{system}_{prec}_vs_espnet"] = round(speed, 3)
+                ratios[f"train_{threads}t_{system}_{prec}_peak_mem_vs_espnet"] = round(mem, 3)
+    return rows, ratios
+
+
+def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+    print(f"\n{title}")
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        print("| " + " | ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=True)) + " |")
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import torch
+
+    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sections", default="train,features", help="comma list of: train, bf16, features")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions (one process per system per repetition)")
+    ap.add_argument("--threads", default="2,1", help="comma list of thread counts")
+    ap.add_argument("--steps", type=int, default=2, help="timed training steps per process (after 1 warm-up)")
+    ap.add_argument("--systems", default=",".join(TRAIN_SYSTEMS), help="training systems to run")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--system", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--kwargs", default="{}", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    threads_list = [int(x) for x in args.threads.split(",")]
+    if args.worker:
+        kw = json.loads(args.kwargs)
+        if args.worker != "features":
+            kw["system"] = args.system
+        print(json.dumps(WORKERS[args.worker](threads=threads_list[0], **kw)))
+        return
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    sections = args.sections.split(",")
+    systems = args.systems.split(",")
+    if not PEERS_PY.exists():
+        log(f"note: {PEERS_PY} missing (run tools/peers/setup.sh): peers skipped")
+        systems = [s for s in systems if s.startswith("ours")]
+    print(f"machine: {machine()}")
+    ratios: dict[str, float] = {}
+    if "train" in sections:
+        rows, r = section_train(systems, threads_list, args.reps, args.steps, log)
+        ratios.update(r)
+        print_table(
+            f"Training step, forward + backward, batch 8 x 1000 frames (lengths 850-1000), medians of {args.reps} runs",
+            ["threads", "system", "precision", "s/step", "utt/s", "peak RSS GB", "speed vs ESPnet", "mem vs ESPnet"],
+            rows,
+        )
+    if "bf16" in sections:
+        rows = []
+        for system in [s for s in systems if s.startswith("ours")]:
+            r = run_worker("bf16_error", system, threads_list[0])
+            if "error" in r:
+                rows.append([system, r["error"], "", "", ""])
+                continue
+            rows.append([system, f"{r['loss_fp32']:.4f}", f"{r['loss_bf16']:.4f}", f"{r['loss_rel_diff']:.2e}",
+                         f"{r['grad_cosine']:.5f} / {r['grad_rel_err']:.3f}"])
+            ratios[f"bf16_{system}_loss_rel_diff"] = round(r["loss_rel_diff"], 6)
+            ratios[f"bf16_{system}_grad_cosine"] = round(r["grad_cosine"], 6)
+        print_table("What CPU bf16 autocast costs (same batch and weights, no dropout)",
+                    ["system", "loss fp32", "loss bf16", "rel. diff", "grad cosine / rel. err"], rows)
+    if "features" in sections:
+        rows = []
+        for threads in threads_list:
+            r = run_worker("features", "ours", threads, reps=max(args.reps, 5))
+            if "error" in r:
+                rows.append([str(threads), r["error"], "", "", "", ""])
+                continue
+            x = r["knf_s"] / r["fbank_batch_s"]
+            ratios[f"features_{threads}t_fbank_batch_vs_knf"] = round(x, 3)
+            rows.append([str(threads), f"{r['audio_s'] / r['fbank_batch_s']:.0f}", f"{r['audio_s'] / r['fbank_s']:.0f}",
+                         f"{r['audio_s'] / r['knf_s']:.0f}", f"{x:.2f}x",
+                         f"{r['vs_knf_max']:.1e} / {r['vs_knf_mean']:.1e}"])
+        print_table(
+            "Features: 80-bin fbank of the 58 LibriSpeech utterances in shared/data, seconds of audio per second",
+            ["threads", "fbank_batch", "fbank (torchaudio f64)", "kaldi-native-fbank", "batch vs knf",
+             "batch vs knf max / mean diff"],
+            rows,
+        )
+    print(json.dumps({"bench": "asr-vs-peers", "machine": machine(), **ratios}))
+
+
+if __name__ == "__main__":
+    main()
