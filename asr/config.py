@@ -47,6 +47,7 @@ class ModelConfig:
     dropout: float = 0.1
     frontend: str = "linear"  # "linear" (stack frames + Linear) or "conv2d" (two stride-2 3x3 convs)
     stack: int = 4  # frames stacked by the linear frontend (its subsampling factor)
+    utterance_cmn: bool = False  # after global CMVN, subtract each utterance's own mean (gain/channel invariance)
     norm: str = "pre"  # "pre" (LayerNorm before each block) or "post" (the original Transformer)
     vocab_size: int = 0  # 0: taken from the tokenizer at training start
     ctc_weight: float = 0.3

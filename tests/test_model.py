@@ -28,8 +28,9 @@ def small_model(frontend="linear", norm="pre", vocab=23, **kw) -> ASRModel:
 
 @pytest.mark.parametrize("frontend", ["linear", "conv2d"])
 @pytest.mark.parametrize("norm", ["pre", "post"])
-def test_padding_invariance(frontend, norm):
-    model = small_model(frontend, norm)
+@pytest.mark.parametrize("utterance_cmn", [False, True])
+def test_padding_invariance(frontend, norm, utterance_cmn):
+    model = small_model(frontend, norm, utterance_cmn=utterance_cmn)
     t_short, t_long = 37, 111  # beside an utterance three times longer
     short = torch.randn(1, t_short, 80)
     batch = torch.randn(2, t_long, 80) * 3.0 + 1.0  # padding filled with garbage, not zeros
@@ -48,7 +49,7 @@ def test_padding_invariance(frontend, norm):
         lo1 = model.decoder(tokens, mem1, ml1)
         lob = model.decoder(tok_batch, memb, mlb)
         d_dec = (lo1[0] - lob[1, :6]).abs().max().item()
-    print(f"padding invariance {frontend}/{norm}: encoder {d_enc:.1e} ctc {d_ctc:.1e} decoder {d_dec:.1e}")
+    print(f"padding invariance {frontend}/{norm}/cmn={utterance_cmn}: encoder {d_enc:.1e} ctc {d_ctc:.1e} decoder {d_dec:.1e}")
     assert d_enc <= TOL and d_ctc <= TOL and d_dec <= TOL
 
 
@@ -153,3 +154,13 @@ def test_pure_ctc_model_has_no_decoder():
     out = model2(torch.randn(1, 40, 80), torch.tensor([40]), torch.tensor([[3, 4]]), torch.tensor([2]))
     assert out["loss"] > 0 and model(torch.randn(1, 40, 80), torch.tensor([40]), torch.tensor([[3]]),
                                      torch.tensor([1]))["loss"] > 0
+
+
+def test_utterance_cmn_removes_a_constant_gain():
+    model = small_model(utterance_cmn=True)
+    feats = torch.randn(1, 50, 80)
+    lens = torch.tensor([50])
+    with torch.no_grad():
+        a, _ = model.encode(feats, lens)
+        b, _ = model.encode(feats + 2.3, lens)  # a gain change is a constant shift of every log-mel bin
+    assert (a - b).abs().max() <= 1e-4

@@ -55,7 +55,12 @@ class ASRModel(nn.Module):
 
     def encode(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder output (B, T', D) and its lengths (B,) for padded fbank features (B, T, F)."""
-        x, lens = self.frontend(self.cmvn(feats), feat_lens)  # (B, T', D)
+        x = self.cmvn(feats)
+        if self.cfg.utterance_cmn:  # each utterance's mean over its real frames only, as ESPnet's UtteranceMVN
+            keep = lengths_to_keep_mask(feat_lens, x.shape[1]).unsqueeze(-1)  # (B, T, 1)
+            mean = (x * keep).sum(1, keepdim=True) / feat_lens.clamp_min(1).view(-1, 1, 1).to(x.dtype)
+            x = x - mean
+        x, lens = self.frontend(x, feat_lens)  # (B, T', D)
         return self.encoder(x, lens), lens
 
     def ctc_log_probs(self, memory: torch.Tensor) -> torch.Tensor:
