@@ -49,7 +49,8 @@ def test_padding_invariance(frontend, norm, utterance_cmn):
         lo1 = model.decoder(tokens, mem1, ml1)
         lob = model.decoder(tok_batch, memb, mlb)
         d_dec = (lo1[0] - lob[1, :6]).abs().max().item()
-    print(f"padding invariance {frontend}/{norm}/cmn={utterance_cmn}: encoder {d_enc:.1e} ctc {d_ctc:.1e} decoder {d_dec:.1e}")
+    name = f"{frontend}/{norm}/cmn={utterance_cmn}"
+    print(f"padding invariance {name}: encoder {d_enc:.1e} ctc {d_ctc:.1e} decoder {d_dec:.1e}")
     assert d_enc <= TOL and d_ctc <= TOL and d_dec <= TOL
 
 
