@@ -375,6 +375,7 @@ def add_score(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hyp", required=True, help="hypotheses: `asr decode` output, JSON Lines or Kaldi text")
     p.add_argument("--report", help="write per-utterance alignments and the top confusions here")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
+    p.add_argument("--json-out", metavar="FILE", help="also write the JSON object to FILE (recipes collect these)")
     p.add_argument("--normalizer", default="librispeech", help="text normaliser for both sides ('none': as is)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the 95%% interval")
 
@@ -388,6 +389,8 @@ def run_score(args: argparse.Namespace) -> int:
     res = score(read_transcripts(args.ref), read_transcripts(args.hyp), args.normalizer, args.bootstrap)
     if args.report:
         Path(args.report).write_text(res.report(), encoding="utf-8")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(res.to_dict()) + "\n", encoding="utf-8")
     print(json.dumps(res.to_dict()) if args.json else res.summary())
     return 0
 

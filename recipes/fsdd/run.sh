@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Connected digits on real speech (Free Spoken Digit Dataset), trained on CPU in minutes.
+#
+#   bash recipes/fsdd/run.sh [--corpus-dir DIR] [--stage N] [--stop-stage M] [--force] [--set KEY=VALUE ...]
+#
+# Stages (each one `asr` command, each skipped when already done):
+#   0 download FSDD (skipped when --corpus-dir already holds recordings/)
+#   1 connected-digit utterances with speaker-disjoint splits  -> data/{train,dev,test}.jsonl
+#   2 global CMVN statistics                                   -> data/cmvn.json
+#   3 SentencePiece tokenizer (one piece per digit word)        -> data/tokenizer/
+#   4 training                                                  -> exp/<exp>/ (a model directory)
+#   5 checkpoint averaging                                      -> exp/<exp>/avg<N>/
+#   6 decoding of dev (training speakers' held-out takes) and test (an unseen speaker)
+#   7 scoring                                                   -> exp/<exp>/RESULTS.md
+#   8 `asr transcribe` of one held-out test utterance
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+source "$here/../stages.sh"
+
+corpus_dir=$here/downloads/fsdd
+config=$repo/configs/fsdd/transformer.yaml
+exp=transformer
+test_speakers=""      # default: the last speaker in sorted order (yweweler in ../shared/data/fsdd)
+seed=0
+vocab_size=29         # <blank> <unk> <sos/eos>, the 10 digit words, and the letters
+num_avg=5
+beam_size=4
+ctc_weight=0.5
+sizes=()              # --num-train/--num-dev/--num-test: connected-digit utterances per split
+train_sets=()
+while (( $# )); do
+  if parse_common_flag "$@"; then shift "$shift_by"; continue; fi
+  case "$1" in
+    --corpus-dir) corpus_dir=$(realpath -m "$2"); shift 2 ;;
+    --config) config=$(realpath "$2"); shift 2 ;;
+    --exp) exp=$2; shift 2 ;;
+    --test-speakers) test_speakers=$2; shift 2 ;;
+    --seed) seed=$2; shift 2 ;;
+    --num-avg) num_avg=$2; shift 2 ;;
+    --beam-size) beam_size=$2; shift 2 ;;
+    --ctc-weight) ctc_weight=$2; shift 2 ;;
+    --num-train|--num-dev|--num-test) sizes+=("$1" "$2"); shift 2 ;;
+    --set) train_sets+=(--set "$2"); shift 2 ;;
+    *) echo "unknown option $1 (see the header of $0)" >&2; exit 2 ;;
+  esac
+done
+cd "$here"
+find_asr "$repo"
+data=data
+expdir=exp/$exp
+model=$expdir/avg$num_avg
+
+run_stage 0 download "$data/.done.download" "$data/logs" -- \
+  "${ASR[@]}" download fsdd --corpus-dir "$corpus_dir"
+
+speaker_args=()
+[[ -n $test_speakers ]] && speaker_args=(--test-speakers $test_speakers)
+run_stage 1 prepare "$data/.done.prepare" "$data/logs" -- \
+  "${ASR[@]}" prepare fsdd --corpus-dir "$corpus_dir" --out "$data" --seed "$seed" "${speaker_args[@]}" "${sizes[@]}"
+
+run_stage 2 cmvn "$data/.done.cmvn" "$data/logs" -- \
+  "${ASR[@]}" cmvn --manifest "$data/train.jsonl" --out "$data/cmvn.json"
+
+run_stage 3 tokenizer "$data/.done.tokenizer" "$data/logs" -- \
+  "${ASR[@]}" tokenizer --manifest "$data/train.jsonl" --vocab-size "$vocab_size" --model-type unigram \
+    --out "$data/tokenizer"
+
+run_stage 4 train "$expdir/.done.train" "$expdir/logs" -- \
+  "${ASR[@]}" train --config "$config" --out "$expdir" \
+    --set data.train="$data/train.jsonl" --set data.dev="$data/dev.jsonl" \
+    --set data.tokenizer="$data/tokenizer" --set data.cmvn="$data/cmvn.json" "${train_sets[@]}"
+
+run_stage 5 average "$model/.done.average" "$expdir/logs" -- \
+  "${ASR[@]}" average --exp "$expdir" --num "$num_avg" --by best --out "$model"
+
+for set in dev test; do
+  run_stage 6 "decode_$set" "$model/decode_$set/.done" "$expdir/logs" -- \
+    "${ASR[@]}" decode --model "$model" --manifest "$data/$set.jsonl" --out "$model/decode_$set/hyp.jsonl" \
+      --beam-size "$beam_size" --ctc-weight "$ctc_weight"
+done
+
+for set in dev test; do
+  run_stage 7 "score_$set" "$model/decode_$set/.done.score" "$expdir/logs" -- \
+    "${ASR[@]}" score --ref "$data/$set.jsonl" --hyp "$model/decode_$set/hyp.jsonl" \
+      --report "$model/decode_$set/report.txt" --json-out "$model/decode_$set/wer.json"
+done
+if (( stage <= 7 && stop_stage >= 7 )); then
+  "$PYTHON" "$repo/tools/results_table.py" --exp "$expdir" --model "$model" --sets dev test \
+    --decode "beam $beam_size, CTC weight $ctc_weight, average of the $num_avg best checkpoints" \
+    --title "FSDD connected digits, $(basename "$config")" --out "$expdir/RESULTS.md"
+  cat "$expdir/RESULTS.md"
+fi
+
+if (( stage <= 8 && stop_stage >= 8 )); then
+  wav=$("$PYTHON" -c 'import json,sys,os; r=json.loads(open(sys.argv[1]).readline()); print(os.path.join(os.path.dirname(sys.argv[1]), r["audio"]))' "$data/test.jsonl")
+  echo "stage 8 (transcribe): asr transcribe $wav --model $model"
+  "${ASR[@]}" transcribe "$wav" --model "$model" --beam-size "$beam_size"
+  echo "reference: $(head -n 1 "$data/test.jsonl" | "$PYTHON" -c 'import json,sys; print(json.loads(sys.stdin.read())["text"])')"
+fi

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# LibriSpeech: from download to a WER table.
+#
+#   bash recipes/librispeech/run.sh [--train-set train-clean-100|train-960] [--ngpu N] [--corpus-dir DIR]
+#                                   [--stage N] [--stop-stage M] [--force] [--set KEY=VALUE ...]
+#
+# Stages (each one `asr` command, each skipped when already done; logs in data/logs and exp/<exp>/logs):
+#   0 download the subsets from OpenSLR (resumable, MD5-checked; skips what --corpus-dir already has)
+#   1 manifests                                    -> data/<subset>.jsonl (+ data/train-960.jsonl)
+#   2 global CMVN statistics of the training set    -> data/<train-set>/cmvn.json
+#   3 SentencePiece tokenizer                       -> data/<train-set>/tokenizer/
+#   4 training (torchrun over --ngpu GPUs)          -> exp/<exp>/ (a model directory)
+#   5 average of the best checkpoints               -> exp/<exp>/avg<N>/
+#   6 decoding of the test sets (beam 10, CTC 0.3)
+#   7 scoring                                       -> exp/<exp>/RESULTS.md
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+source "$here/../stages.sh"
+
+corpus_dir=$here/downloads
+mirror=""
+train_set=train-clean-100
+dev_set=dev-clean
+test_sets="dev-clean dev-other test-clean test-other"
+config=""
+exp=""
+ngpu=$(command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | wc -l || echo 0)
+vocab_size=5000       # unigram 5000 as in ESPnet's librispeech_100 and the 960 h recipes
+num_avg=10
+beam_size=10
+ctc_weight=0.3
+train_sets=()
+while (( $# )); do
+  if parse_common_flag "$@"; then shift "$shift_by"; continue; fi
+  case "$1" in
+    --corpus-dir) corpus_dir=$(realpath -m "$2"); shift 2 ;;
+    --mirror) mirror=$2; shift 2 ;;
+    --train-set) train_set=$2; shift 2 ;;
+    --dev-set) dev_set=$2; shift 2 ;;
+    --test-sets) test_sets=$2; shift 2 ;;
+    --config) config=$(realpath "$2"); shift 2 ;;
+    --exp) exp=$2; shift 2 ;;
+    --ngpu) ngpu=$2; shift 2 ;;
+    --vocab-size) vocab_size=$2; shift 2 ;;
+    --num-avg) num_avg=$2; shift 2 ;;
+    --beam-size) beam_size=$2; shift 2 ;;
+    --ctc-weight) ctc_weight=$2; shift 2 ;;
+    --set) train_sets+=(--set "$2"); shift 2 ;;
+    *) echo "unknown option $1 (see the header of $0)" >&2; exit 2 ;;
+  esac
+done
+case "$train_set" in
+  train-960) parts="train-clean-100 train-clean-360 train-other-500"; default_config=transformer_960h.yaml ;;
+  *) parts=$train_set; default_config=transformer_100h.yaml ;;
+esac
+config=${config:-$repo/configs/librispeech/$default_config}
+exp=${exp:-$(basename "$config" .yaml)_${train_set}}
+cd "$here"
+find_asr "$repo"
+data=data
+tdata=$data/$train_set
+expdir=exp/$exp
+model=$expdir/avg$num_avg
+subsets=$(echo "$parts $dev_set $test_sets" | tr ' ' '\n' | awk 'NF && !seen[$0]++' | tr '\n' ' ')
+
+mirror_args=()
+[[ -n $mirror ]] && mirror_args=(--mirror "$mirror")
+run_stage 0 download "$data/.done.download" "$data/logs" -- \
+  "${ASR[@]}" download librispeech --corpus-dir "$corpus_dir" --subsets $subsets "${mirror_args[@]}"
+
+run_stage 1 manifests "$data/.done.manifests" "$data/logs" -- \
+  "${ASR[@]}" prepare librispeech --corpus-dir "$corpus_dir" --subsets $subsets --out "$data"
+if [[ $train_set == train-960 && ! -f $data/train-960.jsonl ]] && (( stage <= 1 && stop_stage >= 1 )); then
+  cat "$data/train-clean-100.jsonl" "$data/train-clean-360.jsonl" "$data/train-other-500.jsonl" \
+    >"$data/train-960.jsonl.tmp" && mv "$data/train-960.jsonl.tmp" "$data/train-960.jsonl"
+fi
+
+run_stage 2 cmvn "$tdata/.done.cmvn" "$data/logs" -- \
+  "${ASR[@]}" cmvn --manifest "$data/$train_set.jsonl" --out "$tdata/cmvn.json"
+
+run_stage 3 tokenizer "$tdata/.done.tokenizer" "$data/logs" -- \
+  "${ASR[@]}" tokenizer --manifest "$data/$train_set.jsonl" --vocab-size "$vocab_size" --model-type unigram \
+    --out "$tdata/tokenizer"
+
+if (( ngpu > 1 )); then
+  launcher=("$PYTHON" -m torch.distributed.run --standalone --nproc-per-node "$ngpu" -m asr)
+else
+  launcher=("${ASR[@]}")
+fi
+run_stage 4 train "$expdir/.done.train" "$expdir/logs" -- \
+  "${launcher[@]}" train --config "$config" --out "$expdir" \
+    --set data.train="$data/$train_set.jsonl" --set data.dev="$data/$dev_set.jsonl" \
+    --set data.tokenizer="$tdata/tokenizer" --set data.cmvn="$tdata/cmvn.json" "${train_sets[@]}"
+
+run_stage 5 average "$model/.done.average" "$expdir/logs" -- \
+  "${ASR[@]}" average --exp "$expdir" --num "$num_avg" --by best --out "$model"
+
+device=cpu
+(( ngpu > 0 )) && device=cuda
+for set in $test_sets; do
+  run_stage 6 "decode_$set" "$model/decode_$set/.done" "$expdir/logs" -- \
+    "${ASR[@]}" decode --model "$model" --manifest "$data/$set.jsonl" --out "$model/decode_$set/hyp.jsonl" \
+      --beam-size "$beam_size" --ctc-weight "$ctc_weight" --device "$device"
+done
+
+for set in $test_sets; do
+  run_stage 7 "score_$set" "$model/decode_$set/.done.score" "$expdir/logs" -- \
+    "${ASR[@]}" score --ref "$data/$set.jsonl" --hyp "$model/decode_$set/hyp.jsonl" \
+      --report "$model/decode_$set/report.txt" --json-out "$model/decode_$set/wer.json"
+done
+if (( stage <= 7 && stop_stage >= 7 )); then
+  "$PYTHON" "$repo/tools/results_table.py" --exp "$expdir" --model "$model" --sets $test_sets \
+    --decode "beam $beam_size, CTC weight $ctc_weight, average of the $num_avg best checkpoints, no LM" \
+    --title "LibriSpeech $train_set, $(basename "$config")" --out "$expdir/RESULTS.md"
+  cat "$expdir/RESULTS.md"
+fi
