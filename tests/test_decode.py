@@ -268,3 +268,13 @@ def test_recognize_modes(trained, mode):
     assert len(hyps) == 8
     assert all(isinstance(h.score, float) and 0 not in h.tokens and VOCAB - 1 not in h.tokens for h in hyps)
     assert any(h.tokens for h in hyps)
+
+
+def test_length_bonus_lengthens_and_norm_ranks(model, encoded):
+    _, _, memory, mem_lens = encoded
+    plain = beam_search(model, memory, mem_lens, beam_size=4)
+    longer = beam_search(model, memory, mem_lens, beam_size=4, length_bonus=3.0)
+    assert sum(len(h[0].tokens) for h in longer) > sum(len(h[0].tokens) for h in plain)
+    normed = beam_search(model, memory, mem_lens, beam_size=4, length_norm=True, nbest=4)
+    for hyps in normed:
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
