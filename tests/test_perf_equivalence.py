@@ -53,3 +53,23 @@ def test_fused_feedforward_no_grad_path_matches():
     with torch.no_grad():
         b = ffn(x)
     assert torch.equal(a, b)
+
+
+def test_conv2d_frontend_inplace_relu_matches_plain_relu():
+    from asr.model.frontend import Conv2dFrontend
+
+    torch.manual_seed(0)
+    fe = Conv2dFrontend(20, 16)
+    ref = Conv2dFrontend(20, 16)
+    ref.load_state_dict(fe.state_dict())
+    ref.conv[1], ref.conv[3] = nn.ReLU(), nn.ReLU()
+    x = torch.randn(2, 30, 20)
+    lens = torch.tensor([30, 21])
+    ys = []
+    for m in (fe, ref):
+        y, out_lens = m(x, lens)
+        y.square().sum().backward()
+        ys.append((y, out_lens, [p.grad for p in m.parameters()]))
+    assert torch.equal(ys[0][0], ys[1][0]) and torch.equal(ys[0][1], ys[1][1])
+    for a, b in zip(ys[0][2], ys[1][2], strict=True):
+        assert torch.equal(a, b)

@@ -199,7 +199,93 @@ def worker_features(threads: int, reps: int) -> dict:
     }
 
 
-WORKERS = {"train": worker_train, "bf16_error": worker_bf16_error, "features": worker_features}
+DECODE_SYSTEMS = ["ours-conv2d", "ours-conv2d-b1", "ours-linear", "espnet"]
+
+
+def decode_inputs(utts: int = 16, frames: int = 1000, seed: int = 1):
+    """Random features (N, T, 80) of ``utts`` 10 s utterances: the search does the same work whatever the
+    input, since every system is forced to exactly ``tokens`` tokens."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(utts, frames, 80, generator=g), torch.full((utts,), frames, dtype=torch.long)
+
+
+def worker_decode(system: str, mode: str, threads: int, tokens: int = 30, beam: int = 10, ctc_weight: float = 0.3,
+                  utts: int = 16, precision: str = "fp32") -> dict:
+    """Decode ``utts`` utterances (encoder included), every output forced to ``tokens`` tokens.
+
+    ours: all utterances in one batched search (``-b1``: one utterance at a time), eos suppressed
+    for ``tokens`` steps by ``min_len``; ESPnet: Speech2Text's own path, one utterance at a time
+    through BatchBeamSearch (full decoder + CTC prefix scorer, pre-beam 1.5 x beam), with the
+    eos output bias set to -1e4 and maxlenratio=-tokens (a fixed ``tokens`` steps). Greedy is
+    beam 1 without CTC in ESPnet (what Speech2Text runs for beam_size=1, ctc_weight=0).
+    """
+    import torch
+
+    _set_threads(threads)
+    feats, lens = decode_inputs(utts)
+    torch.manual_seed(0)
+    bsz = 1 if system.endswith("-b1") else utts
+    if system.startswith("ours"):
+        from asr.config import load_config
+        from asr.decode import beam_search, greedy_search
+        from asr.model import ASRModel
+
+        cfg = load_config(REPO / "configs" / "librispeech" / "transformer_100h.yaml").model
+        cfg.vocab_size = VOCAB
+        cfg.frontend = system.split("-")[1]
+        model = ASRModel(cfg).eval()
+
+        def run() -> list[list[int]]:
+            out = []
+            for i in range(0, utts, bsz):
+                with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16, enabled=precision == "bf16"):
+                    memory, mem_lens = model.encode(feats[i : i + bsz], lens[i : i + bsz])
+                    if mode == "greedy":
+                        out += greedy_search(model, memory, mem_lens, max_len=tokens, min_len=tokens)
+                    else:
+                        hyps = beam_search(model, memory, mem_lens, beam_size=beam, ctc_weight=ctc_weight,
+                                           max_len=tokens, min_len=tokens)
+                        out += [h[0].tokens for h in hyps]
+            return out
+    else:
+        sys.path.insert(0, str(REPO / "tools"))
+        from espnet.nets.batch_beam_search import BatchBeamSearch
+        from espnet.nets.scorers.ctc import CTCPrefixScorer
+        from espnet.nets.scorers.length_bonus import LengthBonus
+        from peers.models import build_espnet
+
+        model = build_espnet(VOCAB).eval()
+        with torch.no_grad():
+            model.decoder.output_layer.bias[model.eos] = -1e4
+        w = 0.0 if mode == "greedy" else ctc_weight
+        scorers = {"decoder": model.decoder, "ctc": CTCPrefixScorer(ctc=model.ctc, eos=model.eos),
+                   "length_bonus": LengthBonus(VOCAB)}
+        weights = {"decoder": 1.0 - w, "ctc": w, "length_bonus": 0.0}
+        search = BatchBeamSearch(scorers=scorers, weights=weights, beam_size=1 if mode == "greedy" else beam,
+                                 vocab_size=VOCAB, sos=model.sos, eos=model.eos, token_list=model.token_list,
+                                 pre_beam_score_key="full")
+        search.eval()
+
+        def run() -> list[list[int]]:
+            out = []
+            for i in range(utts):
+                with torch.no_grad():
+                    enc, _ = model.encode(feats[i : i + 1], lens[i : i + 1])
+                    hyps = search(x=enc[0], maxlenratio=-tokens, minlenratio=0.0)
+                out.append(hyps[0].yseq[1:-1].tolist())
+            return out
+
+    t0 = time.perf_counter()
+    hyps = run()
+    dt = time.perf_counter() - t0
+    lengths = sorted({len(h) for h in hyps})
+    return {"seconds": dt, "utt_per_s": utts / dt, "token_lengths": lengths, "peak_rss_mb": _mem_mb()[1]}
+
+
+WORKERS = {"train": worker_train, "bf16_error": worker_bf16_error, "features": worker_features,
+           "decode": worker_decode}
 
 
 # ----------------------------------------------------------------------------- orchestration
@@ -253,6 +339,35 @@ def section_train(systems: list[str], threads_list: list[int], reps: int, steps:
     return rows, ratios
 
 
+def section_decode(systems: list[str], threads_list: list[int], reps: int, log) -> tuple[list, dict]:
+    runs: dict[tuple, list[dict]] = {}
+    configs = [(s, m) for m in ("beam", "greedy") for s in systems]
+    for rep in range(reps):
+        for threads in threads_list:
+            order = configs[rep % len(configs):] + configs[: rep % len(configs)]
+            for system, mode in order:
+                r = run_worker("decode", system, threads, mode=mode)
+                runs.setdefault((system, mode, threads), []).append(r)
+                log(f"  decode rep {rep + 1}/{reps} {threads}T {system} {mode}: "
+                    + (f"{r['utt_per_s']:.2f} utt/s, tokens {r['token_lengths']}" if "seconds" in r else r["error"]))
+    rows, ratios = [], {}
+    for threads in threads_list:
+        for mode in ("beam", "greedy"):
+            base = runs.get(("espnet", mode, threads))
+            base_s = _median(base, "utt_per_s") if base else None
+            for system in systems:
+                rs = runs[(system, mode, threads)]
+                u = _median(rs, "utt_per_s")
+                if u is None:
+                    rows.append([str(threads), mode, system, "failed: " + rs[0].get("error", "?"), "", ""])
+                    continue
+                x = u / base_s if base_s else None
+                rows.append([str(threads), mode, system, f"{u:.2f}", f"{1 / u:.3f}", f"{x:.2f}x" if x else "-"])
+                if system != "espnet" and x:
+                    ratios[f"decode_{mode}_{threads}t_{system}_vs_espnet"] = round(x, 3)
+    return rows, ratios
+
+
 def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
     print(f"\n{title}")
@@ -278,11 +393,13 @@ def machine() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sections", default="train,features", help="comma list of: train, bf16, features")
+    ap.add_argument("--sections", default="train,bf16,decode,features",
+                    help="comma list of: train, bf16, decode, features")
     ap.add_argument("--reps", type=int, default=3, help="repetitions (one process per system per repetition)")
     ap.add_argument("--threads", default="2,1", help="comma list of thread counts")
     ap.add_argument("--steps", type=int, default=2, help="timed training steps per process (after 1 warm-up)")
     ap.add_argument("--systems", default=",".join(TRAIN_SYSTEMS), help="training systems to run")
+    ap.add_argument("--decode-systems", default=",".join(DECODE_SYSTEMS), help="decoding systems to run")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--system", default="", help=argparse.SUPPRESS)
     ap.add_argument("--kwargs", default="{}", help=argparse.SUPPRESS)
@@ -311,6 +428,18 @@ def main() -> None:
         print_table(
             f"Training step, forward + backward, batch 8 x 1000 frames (lengths 850-1000), medians of {args.reps} runs",
             ["threads", "system", "precision", "s/step", "utt/s", "peak RSS GB", "speed vs ESPnet", "mem vs ESPnet"],
+            rows,
+        )
+    if "decode" in sections:
+        dsys = [s for s in DECODE_SYSTEMS if s in args.decode_systems.split(",")]
+        if not PEERS_PY.exists():
+            dsys = [s for s in dsys if s.startswith("ours")]
+        rows, r = section_decode(dsys, threads_list, args.reps, log)
+        ratios.update(r)
+        print_table(
+            f"Decoding 16 utterances of 10 s, encoder included, every output forced to 30 tokens, medians of "
+            f"{args.reps} runs (beam: 10 with CTC weight 0.3; -b1: one utterance at a time)",
+            ["threads", "search", "system", "utt/s", "s/utt", "speed vs ESPnet"],
             rows,
         )
     if "bf16" in sections:

@@ -45,9 +45,9 @@ class Conv2dFrontend(nn.Module):
         super().__init__()
         self.conv = nn.Sequential(
             nn.Conv2d(1, d_model, 3, 2),
-            nn.ReLU(),
+            nn.ReLU(inplace=True),  # conv outputs are not needed for backward
             nn.Conv2d(d_model, d_model, 3, 2),
-            nn.ReLU(),
+            nn.ReLU(inplace=True),  # conv outputs are not needed for backward
         )
         self.proj = nn.Linear(d_model * (((input_dim - 1) // 2 - 1) // 2), d_model)
 

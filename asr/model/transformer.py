@@ -43,7 +43,7 @@ class FeedForward(nn.Sequential):
         w1, _, drop, w2 = self
         h = w1(x)  # (.., ffn_dim)
         if not torch.is_grad_enabled():
-            return w2(F.dropout(F.relu(h), drop.p, self.training))
+            return w2(F.dropout(h.relu_(), drop.p, self.training))
         return w2(_ReluDropout.apply(h, drop.p, self.training))
 
 
