@@ -134,7 +134,7 @@ def worker_bf16_error(system: str, threads: int) -> dict:
             loss = loss_fn(model, batch)
         loss.backward()
         out[prec] = float(loss)
-        grads[prec] = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        grads[prec] = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]).double()
     g32, g16 = grads["fp32"], grads["bf16"]
     return {
         "loss_fp32": out["fp32"],
@@ -199,7 +199,7 @@ def worker_features(threads: int, reps: int) -> dict:
     }
 
 
-DECODE_SYSTEMS = ["ours-conv2d", "ours-conv2d-b1", "ours-linear", "espnet"]
+DECODE_SYSTEMS = ["ours-conv2d", "ours-conv2d-b1", "ours-conv2d-bf16", "ours-linear", "espnet"]
 
 
 def decode_inputs(utts: int = 16, frames: int = 1000, seed: int = 1):
@@ -215,7 +215,8 @@ def worker_decode(system: str, mode: str, threads: int, tokens: int = 30, beam: 
                   utts: int = 16, precision: str = "fp32") -> dict:
     """Decode ``utts`` utterances (encoder included), every output forced to ``tokens`` tokens.
 
-    ours: all utterances in one batched search (``-b1``: one utterance at a time), eos suppressed
+    ours: all utterances in one batched search (``-b1``: one utterance at a time; ``-bf16``: CPU bf16
+    autocast), eos suppressed
     for ``tokens`` steps by ``min_len``; ESPnet: Speech2Text's own path, one utterance at a time
     through BatchBeamSearch (full decoder + CTC prefix scorer, pre-beam 1.5 x beam), with the
     eos output bias set to -1e4 and maxlenratio=-tokens (a fixed ``tokens`` steps). Greedy is
@@ -226,7 +227,8 @@ def worker_decode(system: str, mode: str, threads: int, tokens: int = 30, beam: 
     _set_threads(threads)
     feats, lens = decode_inputs(utts)
     torch.manual_seed(0)
-    bsz = 1 if system.endswith("-b1") else utts
+    bsz = 1 if "-b1" in system else utts
+    precision = "bf16" if "-bf16" in system else precision
     if system.startswith("ours"):
         from asr.config import load_config
         from asr.decode import beam_search, greedy_search
@@ -284,8 +286,49 @@ def worker_decode(system: str, mode: str, threads: int, tokens: int = 30, beam: 
     return {"seconds": dt, "utt_per_s": utts / dt, "token_lengths": lengths, "peak_rss_mb": _mem_mb()[1]}
 
 
+def worker_bf16_decode(threads: int, model_dir: str, manifest: str, batch: int = 32) -> dict:
+    """What bf16 autocast costs a trained model in decoding: WER of fp32 and bf16 (the model's own
+    decode settings) on a manifest, and the share of utterances whose hypotheses are identical."""
+    import torch
+
+    _set_threads(threads)
+    from asr.audio import fbank_batch, load_audio
+    from asr.checkpoint import load_model
+    from asr.data.manifest import read_manifest
+    from asr.decode.search import recognize
+    from asr.scoring import edit_distance
+    from asr.text import normalize
+
+    model = load_model(model_dir)
+    cfg = model.config
+    recs = read_manifest(manifest)
+    hyps: dict[str, list[list[int]]] = {"fp32": [], "bf16": []}
+    seconds = {"fp32": 0.0, "bf16": 0.0}
+    for i in range(0, len(recs), batch):
+        chunk = recs[i : i + batch]
+        feats = fbank_batch([load_audio(r["audio"], cfg.data.sample_rate) for r in chunk], cfg.data.sample_rate,
+                            cfg.data.num_mel_bins)
+        lens = torch.tensor([f.shape[0] for f in feats])
+        padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)  # (B, T, F)
+        for prec in ("fp32", "bf16"):
+            t0 = time.perf_counter()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=prec == "bf16"):
+                hyps[prec] += [h.tokens for h in recognize(model, padded, lens, cfg.decode)]
+            seconds[prec] += time.perf_counter() - t0
+    out = {"utts": len(recs), "same": sum(a == b for a, b in zip(hyps["fp32"], hyps["bf16"], strict=True)) / len(recs)}
+    for prec in ("fp32", "bf16"):
+        errs = words = 0
+        for r, h in zip(recs, hyps[prec], strict=True):
+            ref = normalize(r["text"], cfg.data.normalizer).split()
+            errs += edit_distance(ref, normalize(model.tokenizer.decode(h), cfg.data.normalizer).split())
+            words += len(ref)
+        out[f"wer_{prec}"] = 100.0 * errs / max(words, 1)
+        out[f"seconds_{prec}"] = seconds[prec]
+    return out
+
+
 WORKERS = {"train": worker_train, "bf16_error": worker_bf16_error, "features": worker_features,
-           "decode": worker_decode}
+           "decode": worker_decode, "bf16_decode": worker_bf16_decode}
 
 
 # ----------------------------------------------------------------------------- orchestration
@@ -309,7 +352,7 @@ def _median(results: list[dict], key: str) -> float | None:
 
 def section_train(systems: list[str], threads_list: list[int], reps: int, steps: int, log) -> tuple[list, dict]:
     runs: dict[tuple, list[dict]] = {}
-    configs = [(s, p) for s in systems for p in (("fp32", "bf16") if s.startswith("ours") else ("fp32",))]
+    configs = [(s, p) for s in systems for p in (("fp32",) if s == "speechbrain" else ("fp32", "bf16"))]
     for rep in range(reps):
         for threads in threads_list:
             order = configs[rep % len(configs):] + configs[: rep % len(configs)]  # rotate the order each rep
@@ -327,15 +370,22 @@ def section_train(systems: list[str], threads_list: list[int], reps: int, steps:
             rs = runs[(system, prec, threads)]
             t, m = _median(rs, "step_s"), _median(rs, "peak_rss_mb")
             if t is None:
-                rows.append([f"{threads}", system, prec, "failed: " + rs[0].get("error", "?"), "", "", "", ""])
+                rows.append([f"{threads}", system, prec, "failed: " + rs[0].get("error", "?"), "", "", "", "", ""])
                 continue
+            same = runs.get(("espnet", prec, threads))
+            same_t = _median(same, "step_s") if same else None
             speed = base_t / t if base_t else None
+            speed_same = same_t / t if same_t else None
             mem = m / base_m if base_m else None
-            rows.append([f"{threads}", system, prec, f"{t:.2f}", f"{8 / t:.2f}", f"{m / 1024:.2f}",
-                         f"{speed:.2f}x" if speed else "-", f"{mem:.2f}" if mem else "-"])
-            if system != "espnet" and speed:
-                ratios[f"train_{threads}t_{system}_{prec}_vs_espnet"] = round(speed, 3)
-                ratios[f"train_{threads}t_{system}_{prec}_peak_mem_vs_espnet"] = round(mem, 3)
+            params = f"{rs[0]['params'] / 1e6:.2f}"
+            rows.append([f"{threads}", system, prec, params, f"{t:.2f}", f"{8 / t:.2f}", f"{m / 1024:.2f}",
+                         f"{speed:.2f}x" if speed else "-", f"{speed_same:.2f}x" if speed_same else "-",
+                         f"{mem:.2f}" if mem else "-"])
+            if not system.startswith("espnet") and speed:
+                ratios[f"train_{threads}t_{system}_{prec}_vs_espnet_fp32"] = round(speed, 3)
+                ratios[f"train_{threads}t_{system}_{prec}_peak_mem_vs_espnet_fp32"] = round(mem, 3)
+            if not system.startswith("espnet") and speed_same and prec != "fp32":
+                ratios[f"train_{threads}t_{system}_{prec}_vs_espnet_{prec}"] = round(speed_same, 3)
     return rows, ratios
 
 
@@ -400,6 +450,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2, help="timed training steps per process (after 1 warm-up)")
     ap.add_argument("--systems", default=",".join(TRAIN_SYSTEMS), help="training systems to run")
     ap.add_argument("--decode-systems", default=",".join(DECODE_SYSTEMS), help="decoding systems to run")
+    ap.add_argument("--bf16-model", default="", help="bf16 section: a trained model directory to decode with")
+    ap.add_argument("--bf16-manifest", default="", help="bf16 section: the manifest it decodes (fp32 and bf16)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--system", default="", help=argparse.SUPPRESS)
     ap.add_argument("--kwargs", default="{}", help=argparse.SUPPRESS)
@@ -407,7 +459,7 @@ def main() -> None:
     threads_list = [int(x) for x in args.threads.split(",")]
     if args.worker:
         kw = json.loads(args.kwargs)
-        if args.worker != "features":
+        if args.worker not in ("features", "bf16_decode"):
             kw["system"] = args.system
         print(json.dumps(WORKERS[args.worker](threads=threads_list[0], **kw)))
         return
@@ -427,7 +479,8 @@ def main() -> None:
         ratios.update(r)
         print_table(
             f"Training step, forward + backward, batch 8 x 1000 frames (lengths 850-1000), medians of {args.reps} runs",
-            ["threads", "system", "precision", "s/step", "utt/s", "peak RSS GB", "speed vs ESPnet", "mem vs ESPnet"],
+            ["threads", "system", "precision", "params M", "s/step", "utt/s", "peak RSS GB", "speed vs ESPnet fp32",
+             "vs ESPnet same precision", "peak RSS vs ESPnet fp32"],
             rows,
         )
     if "decode" in sections:
@@ -438,7 +491,7 @@ def main() -> None:
         ratios.update(r)
         print_table(
             f"Decoding 16 utterances of 10 s, encoder included, every output forced to 30 tokens, medians of "
-            f"{args.reps} runs (beam: 10 with CTC weight 0.3; -b1: one utterance at a time)",
+            f"{args.reps} runs (beam: 10 with CTC weight 0.3; -b1: one utterance at a time; -bf16: bf16 autocast)",
             ["threads", "search", "system", "utt/s", "s/utt", "speed vs ESPnet"],
             rows,
         )
@@ -453,8 +506,20 @@ def main() -> None:
                          f"{r['grad_cosine']:.5f} / {r['grad_rel_err']:.3f}"])
             ratios[f"bf16_{system}_loss_rel_diff"] = round(r["loss_rel_diff"], 6)
             ratios[f"bf16_{system}_grad_cosine"] = round(r["grad_cosine"], 6)
-        print_table("What CPU bf16 autocast costs (same batch and weights, no dropout)",
+        print_table("What CPU bf16 autocast costs in training (same batch and weights, no dropout)",
                     ["system", "loss fp32", "loss bf16", "rel. diff", "grad cosine / rel. err"], rows)
+        if args.bf16_model:
+            r = run_worker("bf16_decode", "ours", threads_list[0], model_dir=args.bf16_model,
+                           manifest=args.bf16_manifest)
+            if "error" in r:
+                log(f"bf16 decode check failed: {r['error']}")
+            else:
+                print_table(f"What bf16 costs a trained model in decoding ({args.bf16_model}, {r['utts']} utterances)",
+                            ["precision", "WER %", "seconds", "identical hypotheses"],
+                            [["fp32", f"{r['wer_fp32']:.2f}", f"{r['seconds_fp32']:.1f}", ""],
+                             ["bf16", f"{r['wer_bf16']:.2f}", f"{r['seconds_bf16']:.1f}", f"{100 * r['same']:.1f} %"]])
+                ratios["bf16_decode_wer_fp32"] = round(r["wer_fp32"], 3)
+                ratios["bf16_decode_wer_bf16"] = round(r["wer_bf16"], 3)
     if "features" in sections:
         rows = []
         for threads in threads_list:
