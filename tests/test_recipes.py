@@ -74,7 +74,7 @@ def test_fsdd_recipe_plumbing(data_root, tmp_path):
     recipe = _copy_recipe(tmp_path, "fsdd")
     out = _run(
         recipe / "run.sh", "--corpus-dir", str(data_root / "fsdd"), "--num-train", "40", "--num-dev", "8",
-        "--num-test", "8", "--set", "train.epochs=1", "--num-avg", "1",
+        "--num-test", "8", "--vocab-size", "20", "--set", "train.epochs=1", "--num-avg", "1",
     )
     for n in range(9):
         assert f"stage {n} (" in out, f"stage {n} did not run:\n{out}"

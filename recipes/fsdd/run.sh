@@ -37,6 +37,7 @@ while (( $# )); do
     --exp) exp=$2; shift 2 ;;
     --test-speakers) test_speakers=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
+    --vocab-size) vocab_size=$2; shift 2 ;;
     --num-avg) num_avg=$2; shift 2 ;;
     --beam-size) beam_size=$2; shift 2 ;;
     --ctc-weight) ctc_weight=$2; shift 2 ;;
