@@ -45,6 +45,14 @@ def audio_duration(path: str | os.PathLike) -> float:
     return info.frames / info.samplerate
 
 
+def duration_or_problem(path: str | os.PathLike) -> float | str:
+    """Header duration in seconds, or the problem as text (importers name and count such files)."""
+    try:
+        return audio_duration(path)
+    except AudioError as e:
+        return e.problem
+
+
 def resample(waveform: torch.Tensor, orig_freq: int, new_freq: int) -> torch.Tensor:
     """Band-limited (sinc) resampling of a 1-D or (C, N) waveform; a no-op when the rates agree."""
     if orig_freq == new_freq:

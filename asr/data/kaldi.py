@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ..audio import AudioError, audio_duration
+from ..audio import duration_or_problem as _duration
 from .librispeech import PrepareError
 from .manifest import write_manifest
 
@@ -79,13 +79,6 @@ def _wav_scp(path: Path) -> dict[str, Path]:
         seen[key] = lineno
         wavs[key] = Path(rest).absolute()
     return wavs
-
-
-def _duration(path: Path) -> float | str:
-    try:
-        return audio_duration(path)
-    except AudioError as e:
-        return e.problem
 
 
 def read_kaldi_dir(data_dir: str | os.PathLike, num_workers: int = 8, progress: bool = True) -> KaldiReport:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ..audio import AudioError, audio_duration
+from ..audio import duration_or_problem as _duration
 from .download import download, extract
 from .manifest import write_manifest
 
@@ -120,13 +120,6 @@ def download_librispeech(
         log.info("%s: extracted to %s", subset, dest)
         done.append(dest)
     return done
-
-
-def _duration(path: Path) -> float | str:
-    try:
-        return audio_duration(path)
-    except AudioError as e:
-        return e.problem
 
 
 def read_subset(subset_dir: str | os.PathLike, num_workers: int = 8, progress: bool = True) -> SubsetReport:

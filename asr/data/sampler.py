@@ -30,11 +30,31 @@ from typing import Any
 
 import torch
 
-__all__ = ["DynamicBucketSampler", "duration_to_frames"]
+__all__ = ["DynamicBucketSampler", "duration_to_frames", "pack_batches"]
 
 log = logging.getLogger(__name__)
 
 FRAME_SHIFT_S = 0.01
+
+
+def pack_batches(
+    indices: list[int], frames: Sequence[int], max_frames: int, max_utterances: int
+) -> list[list[int]]:
+    """Greedy cut of ``indices`` in order: extend the batch while (count + 1) * longest stays
+    within ``max_frames`` padded frames and the count within ``max_utterances``."""
+    out: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
+    for i in indices:
+        f = int(frames[i])
+        if cur and ((len(cur) + 1) * max(longest, f) > max_frames or len(cur) >= max_utterances):
+            out.append(cur)
+            cur, longest = [], 0
+        cur.append(i)
+        longest = max(longest, f)
+    if cur:
+        out.append(cur)
+    return out
 
 
 def duration_to_frames(duration: float) -> int:
@@ -111,20 +131,7 @@ class DynamicBucketSampler:
         return batches
 
     def _cut(self, indices: list[int]) -> list[list[int]]:
-        """Greedy cut: extend the batch while (count + 1) * longest stays within max_frames."""
-        out: list[list[int]] = []
-        cur: list[int] = []
-        longest = 0
-        for i in indices:
-            f = int(self.frames[i])
-            if cur and ((len(cur) + 1) * max(longest, f) > self.max_frames or len(cur) >= self.max_utterances):
-                out.append(cur)
-                cur, longest = [], 0
-            cur.append(i)
-            longest = max(longest, f)
-        if cur:
-            out.append(cur)
-        return out
+        return pack_batches(indices, self.frames.tolist(), self.max_frames, self.max_utterances)
 
     def _split_to_multiple(self, batches: list[list[int]]) -> list[list[int]]:
         """Split the largest batches in two until every rank gets the same number (see module doc)."""

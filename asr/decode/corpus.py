@@ -13,6 +13,7 @@ import torch
 from tqdm import tqdm
 
 from ..config import DecodeConfig
+from ..data.sampler import duration_to_frames, pack_batches
 from .search import recognize
 
 __all__ = ["DecodeStats", "duration_batches", "decode_manifest"]
@@ -38,19 +39,7 @@ def duration_batches(durations: list[float], max_frames: int, max_utterances: in
     """Indices grouped longest first so that each batch holds at most ``max_frames`` fbank frames
     (10 ms) including padding, and at most ``max_utterances`` utterances."""
     order = sorted(range(len(durations)), key=lambda i: -durations[i])
-    batches: list[list[int]] = []
-    cur: list[int] = []
-    longest = 0
-    for i in order:
-        frames = int(durations[i] * 100) + 1
-        if cur and (max(longest, frames) * (len(cur) + 1) > max_frames or len(cur) >= max_utterances):
-            batches.append(cur)
-            cur, longest = [], 0
-        cur.append(i)
-        longest = max(longest, frames)
-    if cur:
-        batches.append(cur)
-    return batches
+    return pack_batches(order, [duration_to_frames(d) for d in durations], max_frames, max_utterances)
 
 
 def decode_manifest(
