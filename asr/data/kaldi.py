@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from ..audio import duration_or_problem as _duration
 from .librispeech import PrepareError
-from .manifest import write_manifest
+from .manifest import report_unmatched, write_manifest
 
 __all__ = ["read_kaldi_dir", "prepare_kaldi", "KaldiReport"]
 
@@ -149,17 +149,7 @@ def prepare_kaldi(
 ) -> KaldiReport:
     """Write the manifest ``out`` for a Kaldi data directory; mismatches are logged and counted."""
     rep = read_kaldi_dir(data_dir, num_workers=num_workers, progress=progress)
-    for u in rep.text_without_audio:
-        log.warning("%s: utterance %s has a transcript but no audio (wav.scp/segments)", data_dir, u)
-    for u in rep.audio_without_text:
-        log.warning("%s: utterance %s has audio but no line in text", data_dir, u)
-    for p in rep.unreadable:
-        log.warning("%s: unreadable audio %s", data_dir, p)
-    if strict and rep.problems:
-        raise PrepareError(
-            f"{data_dir}: {len(rep.text_without_audio)} transcript(s) without audio, {len(rep.audio_without_text)} "
-            f"audio without transcript, {len(rep.unreadable)} unreadable (named above); --strict makes these errors"
-        )
+    report_unmatched(str(data_dir), rep, strict, PrepareError)
     if not rep.records:
         raise PrepareError(f"{data_dir}: no utterance has both audio and a transcript")
     write_manifest(out, rep.records)

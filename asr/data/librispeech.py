@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from ..audio import duration_or_problem as _duration
 from .download import download, extract
-from .manifest import write_manifest
+from .manifest import report_unmatched, write_manifest
 
 __all__ = [
     "SUBSETS",
@@ -181,18 +181,7 @@ def prepare_librispeech(
                 "add --download to fetch it"
             )
         rep = read_subset(d, num_workers=num_workers, progress=progress)
-        for utt in rep.text_without_audio:
-            log.warning("%s: transcript line %s has no audio file", subset, utt)
-        for path in rep.audio_without_text:
-            log.warning("%s: %s has no transcript line", subset, path)
-        for problem in rep.unreadable:
-            log.warning("%s: unreadable audio %s", subset, problem)
-        if strict and rep.problems:
-            raise PrepareError(
-                f"{subset} ({d}): {len(rep.text_without_audio)} transcript line(s) without audio, "
-                f"{len(rep.audio_without_text)} audio file(s) without transcript, {len(rep.unreadable)} "
-                "unreadable file(s) (named above); --strict makes these errors"
-            )
+        report_unmatched(f"{subset} ({d})", rep, strict, PrepareError)
         if not rep.records:
             raise PrepareError(f"{subset} ({d}): no utterances with both audio and transcript")
         write_manifest(Path(out_dir) / f"{subset}.jsonl", rep.records)

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ManifestError", "read_manifest", "write_manifest", "REQUIRED_KEYS"]
+__all__ = ["ManifestError", "read_manifest", "write_manifest", "report_unmatched", "REQUIRED_KEYS"]
 
 log = logging.getLogger(__name__)
 
@@ -122,3 +122,20 @@ def write_manifest(path: str | os.PathLike, records: Iterable[dict[str, Any]]) -
         if tmp.exists():
             tmp.unlink()
     return n
+
+
+def report_unmatched(where: str, report: Any, strict: bool, error: type[Exception] = ValueError) -> None:
+    """Log, by name, transcripts without audio, audio without transcripts and unreadable files of an
+    importer's ``report``; with ``strict`` raise ``error`` counting them."""
+    for utt in report.text_without_audio:
+        log.warning("%s: transcript of %s has no audio", where, utt)
+    for item in report.audio_without_text:
+        log.warning("%s: %s has no transcript", where, item)
+    for problem in report.unreadable:
+        log.warning("%s: unreadable audio %s", where, problem)
+    if strict and report.problems:
+        raise error(
+            f"{where}: {len(report.text_without_audio)} transcript line(s) without audio, "
+            f"{len(report.audio_without_text)} audio file(s) without transcript, {len(report.unreadable)} "
+            "unreadable file(s) (named above); --strict makes these errors"
+        )
