@@ -102,18 +102,46 @@ def _kaldi_native(wav: torch.Tensor, sr: int = 16000) -> torch.Tensor:
     return torch.tensor(np.array([f.get_frame(i) for i in range(f.num_frames_ready)]))
 
 
+# A mel band more than this many nats below its frame's largest band holds a power of less than
+# e^-20 (about 2e-9) of the peak: float32 (Kaldi's and kaldi-native-fbank's BaseFloat) cannot resolve
+# it to 2e-3 (torchaudio's own float32 fbank lands as far from the float64 value as knf does).
+FLOAT32_RESOLVED_NATS = 20.0
+
+
 def test_fbank_matches_kaldi_native_fbank_on_16k_speech(data_root):
-    diffs = []
-    for path in sorted(data_root.glob("LibriSpeech/*/*/*/*.flac"))[:6]:
+    """All 58 shared LibriSpeech utterances: max 2e-3 wherever float32 resolves the value, mean 2e-5."""
+    diffs, resolved = [], []
+    for path in sorted(data_root.glob("LibriSpeech/*/*/*/*.flac")):
         wav = load_audio(path)
         ours = fbank(wav)
         ref = _kaldi_native(wav)
         assert ours.shape == ref.shape == (num_frames(wav.numel()), 80)
-        diffs.append((ours - ref).abs())
-    d = torch.cat(diffs)
-    print(f"fbank vs kaldi-native-fbank (16 kHz): max {d.max():.2e} mean {d.mean():.2e}")
-    assert d.max() <= 2e-3
+        d = (ours - ref).abs()
+        diffs.append(d)
+        resolved.append(d[ours >= ours.amax(1, keepdim=True) - FLOAT32_RESOLVED_NATS])
+    assert len(diffs) == 58
+    d, r = torch.cat(diffs), torch.cat(resolved)
+    print(f"fbank vs kaldi-native-fbank (16 kHz): max {r.max():.2e} on {r.numel() / d.numel():.4%} of values "
+          f"within {FLOAT32_RESOLVED_NATS:.0f} nats of their frame's peak; max {d.max():.2e} overall; mean {d.mean():.2e}")
+    assert r.numel() / d.numel() > 0.999
+    assert r.max() <= 2e-3
     assert d.mean() <= 2e-5
+    assert d.max() <= 5e-2  # float32's error in the emptiest bands, never more
+
+
+def test_kaldi_native_fbank_differs_from_float64_like_float32_does(data_root):
+    """The worst knf disagreement (a band 26 nats below its frame's peak) is float32 rounding:
+    torchaudio's fbank computed in float32 is as far from the float64 value there."""
+    from torchaudio.compliance import kaldi
+
+    path = next(data_root.glob("LibriSpeech/*/*/*/2414-128291-0004.flac"))
+    wav = load_audio(path)
+    ours, ref = fbank(wav), _kaldi_native(wav)
+    f32 = kaldi.fbank(wav.unsqueeze(0) * 32768.0, num_mel_bins=80, dither=0.0, energy_floor=0.0)
+    t, f = divmod(int((ours - ref).abs().argmax()), 80)
+    assert float(ours[t].max() - ours[t, f]) > FLOAT32_RESOLVED_NATS
+    knf_err, f32_err = abs(float(ref[t, f] - ours[t, f])), abs(float(f32[t, f] - ours[t, f]))
+    assert knf_err > 2e-3 and f32_err > 2e-3 and 0.2 < f32_err / knf_err < 5
 
 
 def test_fbank_matches_kaldi_native_fbank_on_resampled_8k(data_root):

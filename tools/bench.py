@@ -190,11 +190,15 @@ def worker_features(threads: int, reps: int) -> dict:
     ours = torch.cat(fbank_batch(wavs))
     d = (ours - ref).abs()
     d2 = (ours - torch.cat([fbank(w) for w in wavs])).abs()
+    # bands more than 20 nats below their frame's peak are below float32's resolution (knf's own
+    # rounding there reaches 3e-2; tests/test_audio.py shows torchaudio's float32 lands as far off)
+    resolved = d[ours >= ours.amax(1, keepdim=True) - 20.0]
     return {
         "audio_s": seconds,
         "files": len(wavs),
         **{f"{k}_s": statistics.median(v) for k, v in times.items()},
         "vs_knf_max": float(d.max()), "vs_knf_mean": float(d.mean()),
+        "vs_knf_max_resolved": float(resolved.max()), "resolved_share": resolved.numel() / d.numel(),
         "vs_fbank_max": float(d2.max()), "vs_fbank_mean": float(d2.mean()),
     }
 
@@ -531,11 +535,11 @@ def main() -> None:
             ratios[f"features_{threads}t_fbank_batch_vs_knf"] = round(x, 3)
             rows.append([str(threads), f"{r['audio_s'] / r['fbank_batch_s']:.0f}", f"{r['audio_s'] / r['fbank_s']:.0f}",
                          f"{r['audio_s'] / r['knf_s']:.0f}", f"{x:.2f}x",
-                         f"{r['vs_knf_max']:.1e} / {r['vs_knf_mean']:.1e}"])
+                         f"{r['vs_knf_max_resolved']:.1e} / {r['vs_knf_max']:.1e} / {r['vs_knf_mean']:.1e}"])
         print_table(
             "Features: 80-bin fbank of the 58 LibriSpeech utterances in shared/data, seconds of audio per second",
             ["threads", "fbank_batch", "fbank (torchaudio f64)", "kaldi-native-fbank", "batch vs knf",
-             "batch vs knf max / mean diff"],
+             "batch vs knf: max within 20 nats of the frame peak / max / mean diff"],
             rows,
         )
     print(json.dumps({"bench": "asr-vs-peers", "machine": machine(), **ratios}))
