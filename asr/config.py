@@ -103,6 +103,7 @@ class DataConfig:
     speed_perturb: list[float] = field(default_factory=list)  # e.g. [0.9, 1.0, 1.1]; empty: off
     specaugment: SpecAugmentConfig | None = field(default_factory=SpecAugmentConfig)
     num_workers: int = 2
+    cache_features: bool = False  # keep each utterance's fbank (per speed factor) in memory: small corpora
     max_skip_ratio: float = 0.01  # an epoch fails when more than this share of files is unreadable
 
     def validate(self, prefix: str = "data") -> None:
@@ -113,6 +114,10 @@ class DataConfig:
         _check(self.max_duration > 0, prefix, "max_duration", "a positive number", self.max_duration)
         _check(self.num_buckets > 0, prefix, "num_buckets", "a positive integer", self.num_buckets)
         _check(self.num_workers >= 0, prefix, "num_workers", "an integer >= 0", self.num_workers)
+        if self.cache_features:  # a worker's cache would die with the worker at the end of each epoch
+            _check(self.num_workers == 0, prefix, "num_workers", "0 when cache_features is true", self.num_workers)
+            _check(self.dither == 0, prefix, "dither", "0 when cache_features is true (dither differs each epoch)",
+                   self.dither)
         _check(all(f > 0 for f in self.speed_perturb), prefix, "speed_perturb", "positive factors", self.speed_perturb)
         _check(0.0 <= self.max_skip_ratio <= 1.0, prefix, "max_skip_ratio", "a value in [0, 1]", self.max_skip_ratio)
         if self.specaugment is not None:

@@ -37,6 +37,8 @@ def test_overrides_and_roundtrip(tmp_path):
         (["data.specaugment.freq_masks=-1"], r"data\.specaugment\.freq_masks"),
         (["nosection.x=1"], r"nosection: unknown key"),
         (["train.lr"], r"expected KEY=VALUE"),
+        (["data.cache_features=true", "data.num_workers=2"], r"data\.num_workers: expected 0 when cache_features"),
+        (["data.cache_features=true", "data.num_workers=0", "data.dither=1"], r"data\.dither: expected 0 when"),
     ],
 )
 def test_bad_values_name_the_key(overrides, match):

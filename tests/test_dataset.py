@@ -271,3 +271,25 @@ def test_cli_tokenizer(libri, tmp_path, capsys) -> None:
     assert main(["tokenizer", "--manifest", str(tmp_path / "m.jsonl"), "--vocab-size", "100000",
                  "--out", str(tmp_path / "big")]) == 2
     assert "too large" in capsys.readouterr().err
+
+
+def test_feature_cache_returns_the_same_items_and_computes_each_once(libri, monkeypatch) -> None:
+    records, tok = libri
+    cfg = DataConfig(speed_perturb=[0.9, 1.0, 1.1], cache_features=True, num_workers=0)
+    plain = ASRDataset(records, tok, DataConfig(speed_perturb=[0.9, 1.0, 1.1]), train=True)
+    cached = ASRDataset(records, tok, cfg, train=True)
+    import asr.data.dataset as dataset_module
+
+    calls = []
+    real = dataset_module.fbank_batch
+    monkeypatch.setattr(dataset_module, "fbank_batch", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for epoch in range(4):
+        plain.set_epoch(epoch)
+        cached.set_epoch(epoch)
+        for i in range(len(records)):
+            a, b = plain[i], cached[i]
+            assert torch.equal(a["feats"], b["feats"]) and a["speed"] == b["speed"]
+            assert a["duration"] == b["duration"] and torch.equal(a["tokens"], b["tokens"])
+    distinct = len(cached._cache)
+    assert distinct < 4 * len(records), "some (utterance, speed) pairs must repeat across 4 epochs"
+    assert len(calls) == 4 * len(records) + distinct  # the plain dataset every time, the cached one once per pair

@@ -87,6 +87,10 @@ class ASRDataset(Dataset):
     The records are kept as one numpy byte buffer of JSON, not as Python dicts: DataLoader workers
     share it with the parent, where a list of dicts would be copied into every worker page by page
     as reference counts change (PyTorch issue 13246; gigabytes on LibriSpeech 960 h).
+
+    With ``data_cfg.cache_features`` (no workers, no dither) the fbank of each (utterance, speed
+    factor) is computed once and kept in memory: later epochs only augment and batch it. The
+    features are the same as without the cache, so training is too.
     """
 
     def __init__(
@@ -104,6 +108,8 @@ class ASRDataset(Dataset):
         self.epoch = 0
         self.speed_factors = list(data_cfg.speed_perturb) if train else []
         self.dither = data_cfg.dither if train else 0.0
+        self._cache: dict[tuple[int, float], torch.Tensor] | None = {} if data_cfg.cache_features else None
+        self.cached_samples: dict[tuple[int, float], int] = {}
 
     def __len__(self) -> int:
         return len(self._durations)
@@ -136,6 +142,11 @@ class ASRDataset(Dataset):
         rec = self.record(index)
         sr = self.cfg.sample_rate
         factor = self.speed_factor(index)
+        cached = self._cache.get((index, factor)) if self._cache is not None else None
+        if cached is not None:
+            tokens = torch.tensor(self.tokens(rec["text"]), dtype=torch.long)
+            duration = self.cached_samples[(index, factor)] / sr
+            return {"id": rec["id"], "feats": cached, "tokens": tokens, "duration": duration, "speed": factor}
         try:
             wav = load_audio(rec["audio"], sr, rec.get("offset", 0.0), rec.get("end"))  # (N,)
             wav = speed_perturb(wav, sr, factor)
@@ -148,6 +159,9 @@ class ASRDataset(Dataset):
         except AudioError as e:
             log.warning("skipping utterance %s: %s", rec["id"], e)
             return None
+        if self._cache is not None:
+            self._cache[(index, factor)] = feats
+            self.cached_samples[(index, factor)] = wav.numel()
         return {
             "id": rec["id"],
             "feats": feats,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -60,7 +61,8 @@ def decode_manifest(
     from ..data.dataset import ASRDataset, collate
 
     dev = next(model.parameters()).device
-    dataset = ASRDataset(records, model.tokenizer, model.config.data, train=False)
+    data_cfg = dataclasses.replace(model.config.data, cache_features=False)  # each utterance is read once
+    dataset = ASRDataset(records, model.tokenizer, data_cfg, train=False)
     batches = duration_batches(dataset.durations, max_frames or cfg.max_frames, max_utterances)
     loader = torch.utils.data.DataLoader(
         dataset, batch_sampler=batches, collate_fn=collate, num_workers=num_workers, pin_memory=dev.type == "cuda"
