@@ -74,9 +74,11 @@ def test_fsdd_recipe_plumbing(data_root, tmp_path):
     recipe = _copy_recipe(tmp_path, "fsdd")
     out = _run(
         recipe / "run.sh", "--corpus-dir", str(data_root / "fsdd"), "--num-train", "40", "--num-dev", "8",
-        "--num-test", "8", "--vocab-size", "20", "--set", "train.epochs=1", "--num-avg", "1",
+        "--num-test", "8", "--vocab-size", "20", "--set", "train.epochs=1", "--num-avg", "1", "--beam-size", "3",
     )
     for n in range(9):
         assert f"stage {n} (" in out, f"stage {n} did not run:\n{out}"
-    assert "| test |" in (recipe / "exp" / "transformer" / "RESULTS.md").read_text()
+    results = (recipe / "exp" / "transformer" / "RESULTS.md").read_text()
+    assert "| test |" in results
+    assert "ctc_beam, beam 3" in results  # the config's decoding mode with the command line's beam
     assert "reference:" in out

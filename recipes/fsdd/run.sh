@@ -25,8 +25,7 @@ test_speakers=""      # default: the last speaker in sorted order (yweweler in .
 seed=0
 vocab_size=29         # <blank> <unk> <sos/eos>, the 10 digit words, and the letters
 num_avg=5
-beam_size=4
-ctc_weight=0.7         # chosen on dev (0.3: 19.1%, 0.5: 15.6%, 0.7: 13.0% WER)
+decode_args=()       # --mode/--beam-size/--ctc-weight: default the config's decode section (CTC prefix beam 8)
 sizes=()              # --num-train/--num-dev/--num-test: connected-digit utterances per split
 train_sets=()
 while (( $# )); do
@@ -39,8 +38,7 @@ while (( $# )); do
     --seed) seed=$2; shift 2 ;;
     --vocab-size) vocab_size=$2; shift 2 ;;
     --num-avg) num_avg=$2; shift 2 ;;
-    --beam-size) beam_size=$2; shift 2 ;;
-    --ctc-weight) ctc_weight=$2; shift 2 ;;
+    --mode|--beam-size|--ctc-weight) decode_args+=("$1" "$2"); shift 2 ;;
     --num-train|--num-dev|--num-test) sizes+=("$1" "$2"); shift 2 ;;
     --set) train_sets+=(--set "$2"); shift 2 ;;
     *) echo "unknown option $1 (see the header of $0)" >&2; exit 2 ;;
@@ -61,7 +59,7 @@ run_stage 1 prepare "$data/.done.prepare" "$data/logs" -- \
   "${ASR[@]}" prepare fsdd --corpus-dir "$corpus_dir" --out "$data" --seed "$seed" "${speaker_args[@]}" "${sizes[@]}"
 
 run_stage 2 cmvn "$data/.done.cmvn" "$data/logs" -- \
-  "${ASR[@]}" cmvn --manifest "$data/train.jsonl" --out "$data/cmvn.json"
+  "${ASR[@]}" cmvn --manifest "$data/train.jsonl" --config "$config" --out "$data/cmvn.json"
 
 run_stage 3 tokenizer "$data/.done.tokenizer" "$data/logs" -- \
   "${ASR[@]}" tokenizer --manifest "$data/train.jsonl" --vocab-size "$vocab_size" --model-type unigram \
@@ -78,7 +76,7 @@ run_stage 5 average "$model/.done.average" "$expdir/logs" -- \
 for set in dev test; do
   run_stage 6 "decode_$set" "$model/decode_$set/.done" "$expdir/logs" -- \
     "${ASR[@]}" decode --model "$model" --manifest "$data/$set.jsonl" --out "$model/decode_$set/hyp.jsonl" \
-      --beam-size "$beam_size" --ctc-weight "$ctc_weight"
+      "${decode_args[@]}"
 done
 
 for set in dev test; do
@@ -87,8 +85,15 @@ for set in dev test; do
       --report "$model/decode_$set/report.txt" --json-out "$model/decode_$set/wer.json"
 done
 if (( stage <= 7 && stop_stage >= 7 )); then
+  overrides=()  # the decoding settings used: the model config's, with this run's flags on top
+  for ((i = 0; i < ${#decode_args[@]}; i += 2)); do
+    key=${decode_args[i]#--}; overrides+=("decode.${key//-/_}=${decode_args[i + 1]}")
+  done
+  decoding=$("$PYTHON" -c 'import sys; from asr.config import load_config; d = load_config(sys.argv[1], sys.argv[2:]).decode
+print(f"{d.mode}, beam {d.beam_size}" + ("" if d.mode.startswith("ctc") else f", CTC weight {d.ctc_weight}"))' \
+    "$model/config.yaml" "${overrides[@]}")
   "$PYTHON" "$repo/tools/results_table.py" --exp "$expdir" --model "$model" --sets dev test \
-    --decode "beam $beam_size, CTC weight $ctc_weight, average of the $num_avg best checkpoints" \
+    --decode "$decoding, average of the $num_avg best checkpoints" \
     --title "FSDD connected digits, $(basename "$config")" --out "$expdir/RESULTS.md"
   cat "$expdir/RESULTS.md"
 fi
@@ -96,6 +101,6 @@ fi
 if (( stage <= 8 && stop_stage >= 8 )); then
   wav=$("$PYTHON" -c 'import json,sys,os; r=json.loads(open(sys.argv[1]).readline()); print(os.path.join(os.path.dirname(sys.argv[1]), r["audio"]))' "$data/test.jsonl")
   echo "stage 8 (transcribe): asr transcribe $wav --model $model"
-  "${ASR[@]}" transcribe "$wav" --model "$model" --beam-size "$beam_size"
+  "${ASR[@]}" transcribe "$wav" --model "$model" "${decode_args[@]}"
   echo "reference: $(head -n 1 "$data/test.jsonl" | "$PYTHON" -c 'import json,sys; print(json.loads(sys.stdin.read())["text"])')"
 fi
