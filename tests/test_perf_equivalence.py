@@ -1,14 +1,17 @@
-"""Performance changes keep behaviour identical: the fused FFN equals Linear-ReLU-Dropout-Linear."""
+"""Performance changes keep behaviour identical: the fused FFN equals Linear-ReLU-Dropout-Linear,
+the CPU dropout mask has the right statistics, the inference frontend equals the training one."""
 
 import pytest
 import torch
 from torch import nn
 
+from asr.model.attention import MultiHeadAttention, lengths_to_keep_mask
+from asr.model.dropout import Dropout, dropout, effective_p, keep_mask
 from asr.model.transformer import FeedForward
 
 
 def _reference(ffn: FeedForward) -> nn.Sequential:
-    ref = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(ffn[2].p), nn.Linear(32, 8))
+    ref = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), Dropout(ffn[2].p), nn.Linear(32, 8))
     ref.load_state_dict(ffn.state_dict())
     return ref
 
@@ -73,3 +76,60 @@ def test_conv2d_frontend_inplace_relu_matches_plain_relu():
     assert torch.equal(ys[0][0], ys[1][0]) and torch.equal(ys[0][1], ys[1][1])
     for a, b in zip(ys[0][2], ys[1][2], strict=True):
         assert torch.equal(a, b)
+
+
+def test_cpu_dropout_mask_statistics_and_gradient():
+    torch.manual_seed(0)
+    for p in (0.1, 0.3):
+        keep = keep_mask((1000, 4000), p)
+        assert keep.dtype == torch.bool and keep.shape == (1000, 4000)
+        rate = 1 - keep.float().mean().item()
+        assert abs(rate - p) < 5e-4, (p, rate)  # 4 M draws: the standard error is 2e-4
+        assert abs(effective_p(p) - p) <= 2**-17
+        # no structure between the four 16-bit quarters of one 64-bit draw
+        quarters = keep.flatten()[: 4_000_000].view(-1, 4).float()
+        corr = torch.corrcoef(quarters.T)
+        assert (corr - torch.eye(4)).abs().max() < 5e-3
+    x = torch.ones(200, 1000, requires_grad=True)
+    torch.manual_seed(3)
+    y = dropout(x, 0.25, True)
+    y.sum().backward()
+    scale = 1 / (1 - effective_p(0.25))
+    values = torch.unique(y).tolist()
+    assert len(values) == 2 and values[0] == 0.0 and values[1] == pytest.approx(scale)
+    assert torch.equal(x.grad, y.detach())  # d(sum)/dx = mask * scale = y for x = 1
+    assert abs(y.mean().item() - 1) < 0.01  # the expectation is kept
+    torch.manual_seed(3)
+    assert torch.equal(dropout(torch.ones(200, 1000), 0.25, True), y)  # the global generator decides
+    assert dropout(x, 0.25, False) is x and dropout(x, 0.0, True) is x
+
+
+def test_attention_dropout_path_matches_sdpa_when_nothing_is_dropped():
+    """The CPU training path (explicit softmax, cheaper mask) computes SDPA's attention."""
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(32, 4, dropout=1e-9)  # rounds to p = 0: every weight kept
+    x = torch.randn(3, 17, 32)
+    keep = lengths_to_keep_mask(torch.tensor([17, 9, 4]), 17)[:, None, None, :]
+    attn.train()
+    y_train, _ = attn(x, keep)
+    attn.eval()
+    y_eval, _ = attn(x, keep)
+    torch.testing.assert_close(y_train, y_eval, atol=1e-6, rtol=1e-5)
+    attn.dropout = 0.5
+    attn.train()
+    assert not torch.allclose(attn(x, keep)[0], y_eval, atol=1e-3)
+
+
+@pytest.mark.parametrize("frames", [1000, 37, 7])
+def test_conv2d_frontend_inference_path_matches_training_path(frames):
+    from asr.model.frontend import Conv2dFrontend
+
+    torch.manual_seed(0)
+    fe = Conv2dFrontend(80, 64)
+    x = torch.randn(3, frames, 80)
+    lens = torch.tensor([frames, max(7, frames - 5), 7])
+    y_train, l_train = fe(x, lens)  # autograd on: the NCHW convolutions
+    with torch.inference_mode():
+        y_inf, l_inf = fe(x, lens)  # patches GEMM + channels-last
+    assert torch.equal(l_train, l_inf)
+    torch.testing.assert_close(y_inf, y_train.detach(), atol=2e-5, rtol=1e-5)

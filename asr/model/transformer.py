@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import MultiHeadAttention, SinusoidalPositions, causal_keep_mask, lengths_to_keep_mask
+from .dropout import Dropout, dropout, effective_p
 
 __all__ = ["Encoder", "Decoder", "DecoderCache"]
 
@@ -16,20 +17,20 @@ __all__ = ["Encoder", "Decoder", "DecoderCache"]
 class _ReluDropout(torch.autograd.Function):
     """dropout(relu(h)) that keeps only its output for backward: the gradient passes exactly where
     the output is positive (ReLU open and dropout kept), times the dropout scale. The same values
-    and random numbers as nn.ReLU + nn.Dropout, without keeping their two (N, ffn_dim) tensors."""
+    and random numbers as nn.ReLU + asr's Dropout, without keeping their two (N, ffn_dim) tensors."""
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-        y = F.dropout(F.relu(h), p, training)
+        y = dropout(F.relu(h), p, training)
         ctx.save_for_backward(y)
-        ctx.p = p if training and p > 0 else None
+        ctx.p = None if not training or p == 0 else effective_p(p) if h.device.type == "cpu" else p
         return y
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (y,) = ctx.saved_tensors
         if ctx.p is not None:
-            grad = grad * torch.ones((), dtype=grad.dtype).div_(1.0 - ctx.p)  # dropout's own scale, same rounding
+            grad = grad * (1.0 / (1.0 - ctx.p))  # the forward's own scale
         return torch.ops.aten.threshold_backward(grad, y, 0), None, None  # grad where y > 0, else 0
 
 
@@ -37,13 +38,13 @@ class FeedForward(nn.Sequential):
     """Position-wise FFN: Linear, ReLU, dropout, Linear (ReLU and dropout fused to save memory)."""
 
     def __init__(self, d_model: int, ffn_dim: int, dropout: float):
-        super().__init__(nn.Linear(d_model, ffn_dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ffn_dim, d_model))
+        super().__init__(nn.Linear(d_model, ffn_dim), nn.ReLU(), Dropout(dropout), nn.Linear(ffn_dim, d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w1, _, drop, w2 = self
         h = w1(x)  # (.., ffn_dim)
         if not torch.is_grad_enabled():
-            return w2(F.dropout(h.relu_(), drop.p, self.training))
+            return w2(dropout(h.relu_(), drop.p, self.training))
         return w2(_ReluDropout.apply(h, drop.p, self.training))
 
 
@@ -57,7 +58,7 @@ class EncoderLayer(nn.Module):
         self.ffn = FeedForward(d_model, ffn_dim, dropout)
         self.norm1 = nn.LayerNorm(d_model)
         self.norm2 = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor, keep_mask: torch.Tensor) -> torch.Tensor:
         if self.pre_norm:
@@ -125,7 +126,7 @@ class DecoderLayer(nn.Module):
         self.cross_attn = MultiHeadAttention(d_model, heads, dropout, cross=True)
         self.ffn = FeedForward(d_model, ffn_dim, dropout)
         self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(3))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x, self_keep, cross_kv, memory_keep, past=None):
         n1, n2, n3 = self.norms

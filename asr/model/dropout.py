@@ -1,0 +1,53 @@
+"""Dropout whose random mask is cheap on CPU.
+
+PyTorch's CPU dropout draws one number per element from its Mersenne Twister in a serial loop
+(Intel CPUs get MKL's vectorised generator instead): about 5 ns per element here, 14% of a
+training step of the 100 h model. :func:`keep_mask` draws 64 random bits per four elements from
+the same generator (so seeding, checkpointed RNG state and exact resume work as before) and
+compares each 16-bit quarter with a threshold: four times fewer draws, about 2.5x faster. The
+drop probability is rounded to a multiple of 1/65536 (0.1 becomes 0.100006) and kept values
+are scaled by 1 / (1 - that probability). Other devices use ``F.dropout`` (Philox, already fast).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["Dropout", "dropout", "keep_mask", "effective_p"]
+
+_LEVELS = 1 << 16
+
+
+def effective_p(p: float) -> float:
+    """The drop probability :func:`keep_mask` realises for ``p``: a multiple of 1/65536."""
+    return round(p * _LEVELS) / _LEVELS
+
+
+def keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> torch.Tensor:
+    """A CPU bool tensor of ``shape``, each element True (kept) with probability 1 - effective_p(p)."""
+    n = math.prod(shape)
+    bits = torch.randint(-(2**63), 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64)  # 4 x 16 random bits each
+    quarters = bits.view(torch.int16)[:n]  # (n,), uniform over the 65536 int16 values
+    return (quarters >= -(2**15) + round(p * _LEVELS)).view(shape)
+
+
+def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """``F.dropout(x, p, training)``; on CPU with the cheaper mask of :func:`keep_mask`.
+
+    Backward keeps only the bool mask, as PyTorch's dropout does."""
+    if not training or p == 0.0:
+        return x
+    if x.device.type != "cpu":
+        return F.dropout(x, p, True)
+    return x.mul(keep_mask(x.shape, p)).mul_(1.0 / (1.0 - effective_p(p)))  # backward saves only the mask
+
+
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` through :func:`dropout` (same attribute ``p``, no state)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return dropout(x, self.p, self.training)
