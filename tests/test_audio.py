@@ -122,7 +122,8 @@ def test_fbank_matches_kaldi_native_fbank_on_16k_speech(data_root):
     assert len(diffs) == 58
     d, r = torch.cat(diffs), torch.cat(resolved)
     print(f"fbank vs kaldi-native-fbank (16 kHz): max {r.max():.2e} on {r.numel() / d.numel():.4%} of values "
-          f"within {FLOAT32_RESOLVED_NATS:.0f} nats of their frame's peak; max {d.max():.2e} overall; mean {d.mean():.2e}")
+          f"within {FLOAT32_RESOLVED_NATS:.0f} nats of their frame's peak; max {d.max():.2e} overall; "
+          f"mean {d.mean():.2e}")
     assert r.numel() / d.numel() > 0.999
     assert r.max() <= 2e-3
     assert d.mean() <= 2e-5
