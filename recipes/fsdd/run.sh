@@ -2,6 +2,7 @@
 # Connected digits on real speech (Free Spoken Digit Dataset), trained on CPU in minutes.
 #
 #   bash recipes/fsdd/run.sh [--corpus-dir DIR] [--stage N] [--stop-stage M] [--force] [--set KEY=VALUE ...]
+#       [--test-speakers "S ..."] [--mode M] [--beam-size N] [--ctc-weight W] [--exp NAME] [--config YAML]
 #
 # Stages (each one `asr` command, each skipped when already done):
 #   0 download FSDD (skipped when --corpus-dir already holds recordings/)
