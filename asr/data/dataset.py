@@ -108,8 +108,9 @@ class ASRDataset(Dataset):
         self.epoch = 0
         self.speed_factors = list(data_cfg.speed_perturb) if train else []
         self.dither = data_cfg.dither if train else 0.0
-        self._cache: dict[tuple[int, float], torch.Tensor] | None = {} if data_cfg.cache_features else None
-        self.cached_samples: dict[tuple[int, float], int] = {}
+        self._cache: dict[tuple[int, float], tuple[torch.Tensor, float]] | None = (
+            {} if data_cfg.cache_features else None
+        )
 
     def __len__(self) -> int:
         return len(self._durations)
@@ -140,35 +141,36 @@ class ASRDataset(Dataset):
 
     def __getitem__(self, index: int) -> dict[str, Any] | None:
         rec = self.record(index)
-        sr = self.cfg.sample_rate
         factor = self.speed_factor(index)
-        cached = self._cache.get((index, factor)) if self._cache is not None else None
-        if cached is not None:
-            tokens = torch.tensor(self.tokens(rec["text"]), dtype=torch.long)
-            duration = self.cached_samples[(index, factor)] / sr
-            return {"id": rec["id"], "feats": cached, "tokens": tokens, "duration": duration, "speed": factor}
-        try:
-            wav = load_audio(rec["audio"], sr, rec.get("offset", 0.0), rec.get("end"))  # (N,)
-            wav = speed_perturb(wav, sr, factor)
-            if self.dither > 0:
-                with torch.random.fork_rng(devices=[]):  # dither draws from the global RNG
-                    torch.manual_seed(self._rng(index).getrandbits(63))
-                    feats = fbank_batch([wav], sr, self.cfg.num_mel_bins, self.dither)[0]  # (T, F)
-            else:
-                feats = fbank_batch([wav], sr, self.cfg.num_mel_bins)[0]  # (T, F)
-        except AudioError as e:
-            log.warning("skipping utterance %s: %s", rec["id"], e)
-            return None
-        if self._cache is not None:
-            self._cache[(index, factor)] = feats
-            self.cached_samples[(index, factor)] = wav.numel()
+        key = (index, factor)
+        hit = self._cache.get(key) if self._cache is not None else None  # (feats, seconds after perturbation)
+        if hit is None:
+            try:
+                hit = self._features(rec, index, factor)
+            except AudioError as e:
+                log.warning("skipping utterance %s: %s", rec["id"], e)
+                return None
+            if self._cache is not None:
+                self._cache[key] = hit
+        feats, duration = hit
         return {
             "id": rec["id"],
             "feats": feats,
             "tokens": torch.tensor(self.tokens(rec["text"]), dtype=torch.long),  # (U,)
-            "duration": wav.numel() / sr,
+            "duration": duration,
             "speed": factor,
         }
+
+    def _features(self, rec: dict[str, Any], index: int, factor: float) -> tuple[torch.Tensor, float]:
+        """fbank (T, F) of a record at speed ``factor``, and its duration in seconds after perturbation."""
+        sr = self.cfg.sample_rate
+        wav = load_audio(rec["audio"], sr, rec.get("offset", 0.0), rec.get("end"))  # (N,)
+        wav = speed_perturb(wav, sr, factor)
+        if self.dither > 0:
+            with torch.random.fork_rng(devices=[]):  # dither draws from the global RNG
+                torch.manual_seed(self._rng(index).getrandbits(63))
+                return fbank_batch([wav], sr, self.cfg.num_mel_bins, self.dither)[0], wav.numel() / sr
+        return fbank_batch([wav], sr, self.cfg.num_mel_bins)[0], wav.numel() / sr
 
 
 def collate(items: Sequence[dict[str, Any] | None]) -> Batch:
