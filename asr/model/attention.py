@@ -64,7 +64,7 @@ def _attention_with_dropout(
     dropout is on (its math path), with :func:`asr.model.dropout.dropout`'s mask."""
     scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # (B, H, L, S)
     if keep_mask is not None:
-        scores = scores.masked_fill(~keep_mask, float("-inf"))
+        scores = torch.where(keep_mask, scores, float("-inf"))
     return _dropout(scores.softmax(-1), p, True) @ v
 
 

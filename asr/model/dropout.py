@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["Dropout", "dropout", "keep_mask", "effective_p"]
+__all__ = ["Dropout", "dropout", "keep_mask", "effective_p", "dropout_scale"]
 
 _LEVELS = 1 << 16
 
@@ -25,6 +25,11 @@ _LEVELS = 1 << 16
 def effective_p(p: float) -> float:
     """The drop probability :func:`keep_mask` realises for ``p``: a multiple of 1/65536."""
     return round(p * _LEVELS) / _LEVELS
+
+
+def dropout_scale(p: float, device: torch.device) -> float:
+    """What :func:`dropout` multiplies kept values by on ``device``: 1 / (1 - the realised p)."""
+    return 1.0 / (1.0 - (effective_p(p) if device.type == "cpu" else p))
 
 
 def keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> torch.Tensor:
@@ -43,7 +48,7 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
         return x
     if x.device.type != "cpu":
         return F.dropout(x, p, True)
-    return x.mul(keep_mask(x.shape, p)).mul_(1.0 / (1.0 - effective_p(p)))  # backward saves only the mask
+    return x.mul(keep_mask(x.shape, p)).mul_(dropout_scale(p, x.device))  # backward saves only the mask
 
 
 class Dropout(nn.Dropout):

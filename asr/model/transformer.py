@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import MultiHeadAttention, SinusoidalPositions, causal_keep_mask, lengths_to_keep_mask
-from .dropout import Dropout, dropout, effective_p
+from .dropout import Dropout, dropout, dropout_scale
 
 __all__ = ["Encoder", "Decoder", "DecoderCache"]
 
@@ -23,14 +23,14 @@ class _ReluDropout(torch.autograd.Function):
     def forward(ctx, h: torch.Tensor, p: float, training: bool) -> torch.Tensor:
         y = dropout(F.relu(h), p, training)
         ctx.save_for_backward(y)
-        ctx.p = None if not training or p == 0 else effective_p(p) if h.device.type == "cpu" else p
+        ctx.scale = dropout_scale(p, h.device) if training and p > 0 else None
         return y
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (y,) = ctx.saved_tensors
-        if ctx.p is not None:
-            grad = grad * (1.0 / (1.0 - ctx.p))  # the forward's own scale
+        if ctx.scale is not None:
+            grad = grad * ctx.scale  # the forward's own scale
         return torch.ops.aten.threshold_backward(grad, y, 0), None, None  # grad where y > 0, else 0
 
 
