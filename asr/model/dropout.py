@@ -48,7 +48,8 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
         return x
     if x.device.type != "cpu":
         return F.dropout(x, p, True)
-    return x.mul(keep_mask(x.shape, p)).mul_(dropout_scale(p, x.device))  # backward saves only the mask
+    # where, not mul: no float copy of the bool mask (a full extra pass); backward saves only the mask
+    return torch.where(keep_mask(x.shape, p), x, 0).mul_(dropout_scale(p, x.device))
 
 
 class Dropout(nn.Dropout):
