@@ -133,3 +133,27 @@ def test_conv2d_frontend_inference_path_matches_training_path(frames):
         y_inf, l_inf = fe(x, lens)  # patches GEMM + channels-last
     assert torch.equal(l_train, l_inf)
     torch.testing.assert_close(y_inf, y_train.detach(), atol=2e-5, rtol=1e-5)
+
+
+def test_conv2d_frontend_bf16_training_path_matches_nchw_path():
+    """Under CPU bf16 autocast, training takes the channels-last path: same outputs and gradients as
+    the NCHW convolutions under the same autocast, to bf16 rounding."""
+    from asr.model.frontend import Conv2dFrontend
+
+    torch.manual_seed(0)
+    fe = Conv2dFrontend(80, 64)
+    x = torch.randn(3, 120, 80)
+    lens = torch.tensor([120, 90, 7])
+    grads, outs = [], []
+    for channels_last in (True, False):
+        fe.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = fe._channels_last(x) if channels_last else fe.conv(x.unsqueeze(1))
+            if channels_last:  # and the module's own forward takes this path
+                torch.testing.assert_close(fe(x, lens)[0], fe.proj(y.transpose(1, 2).flatten(2)), atol=0, rtol=0)
+        y.float().square().sum().backward()
+        outs.append(y.float().detach())
+        grads.append([p.grad.clone() for p in fe.conv.parameters()])
+    torch.testing.assert_close(outs[0], outs[1], atol=0.05, rtol=0.02)
+    for a, b in zip(*grads, strict=True):
+        assert (a - b).abs().max() <= 0.02 * b.abs().max()

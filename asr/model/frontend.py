@@ -60,19 +60,21 @@ class Conv2dFrontend(nn.Module):
         return torch.div(torch.div(lens - 1, 2, rounding_mode="floor") - 1, 2, rounding_mode="floor").clamp_min(0)
 
     def forward(self, x: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if not torch.is_grad_enabled() and x.device.type == "cpu":
-            x = self._inference(x)
+        if x.device.type == "cpu" and (not torch.is_grad_enabled() or _cpu_autocast_bf16()):
+            x = self._channels_last(x)
         else:
             x = self.conv(x.unsqueeze(1))  # (B, C, T', F')
         b, c, t, f = x.shape
         x = self.proj(x.transpose(1, 2).reshape(b, t, c * f))  # (B, T', D)
         return x, self.output_lengths(lens)
 
-    def _inference(self, x: torch.Tensor) -> torch.Tensor:
-        """The same convolutions, faster on CPU without autograd (measured 1.8x on 8 x 10 s): the first
-        (one input channel, a 9-wide reduction that oneDNN runs memory-bound) as one GEMM over
-        3x3 patches that writes channels-last, the second in channels-last with channels-last
-        weights. (B, T, F) -> (B, C, T', F'). In training this order is slower, so it is not used there."""
+    def _channels_last(self, x: torch.Tensor) -> torch.Tensor:
+        """The same convolutions, faster on CPU in inference and in bf16 training: the first (one input
+        channel, a 9-wide reduction that oneDNN runs memory-bound) as one GEMM over 3x3 patches that
+        writes channels-last, the second in channels-last with channels-last weights.
+        (B, T, F) -> (B, C, T', F'). Measured on 8 x 1000 frames, d 256, 2 threads: 1.8x faster in
+        fp32 inference, forward + backward 0.35 s instead of 0.53 under bf16 autocast; in fp32
+        training 1.2x slower (oneDNN's fp32 weight gradient in channels-last), so not used there."""
         c1, c2 = self.conv[0], self.conv[2]
         b = x.shape[0]
         patches = x.unfold(1, 3, 2).unfold(2, 3, 2)  # (B, T1, F1, 3, 3), stride 2 in time and frequency
@@ -81,6 +83,10 @@ class Conv2dFrontend(nn.Module):
         h = h.view(b, t1, f1, -1).permute(0, 3, 1, 2)  # (B, C, T1, F1) in channels-last memory
         w2 = c2.weight.contiguous(memory_format=torch.channels_last)
         return F.conv2d(h, w2, c2.bias, c2.stride).relu_()
+
+
+def _cpu_autocast_bf16() -> bool:
+    return torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
 
 
 def build_frontend(kind: str, input_dim: int, d_model: int, stack: int) -> nn.Module:
