@@ -169,8 +169,10 @@ class ASRDataset(Dataset):
         if self.dither > 0:
             with torch.random.fork_rng(devices=[]):  # dither draws from the global RNG
                 torch.manual_seed(self._rng(index).getrandbits(63))
-                return fbank_batch([wav], sr, self.cfg.num_mel_bins, self.dither)[0], wav.numel() / sr
-        return fbank_batch([wav], sr, self.cfg.num_mel_bins)[0], wav.numel() / sr
+                feats = fbank_batch([wav], sr, self.cfg.num_mel_bins, self.dither)[0]
+        else:
+            feats = fbank_batch([wav], sr, self.cfg.num_mel_bins)[0]
+        return feats, wav.numel() / sr  # (T, F), seconds
 
 
 def collate(items: Sequence[dict[str, Any] | None]) -> Batch:
