@@ -5,6 +5,7 @@ import pytest
 import torch
 from torch import nn
 
+from asr.model import linear as linear_mod
 from asr.model.attention import MultiHeadAttention, lengths_to_keep_mask
 from asr.model.dropout import Dropout, dropout, effective_p, keep_mask
 from asr.model.transformer import FeedForward
@@ -157,3 +158,64 @@ def test_conv2d_frontend_bf16_training_path_matches_nchw_path():
     torch.testing.assert_close(outs[0], outs[1], atol=0.05, rtol=0.02)
     for a, b in zip(*grads, strict=True):
         assert (a - b).abs().max() <= 0.02 * b.abs().max()
+
+
+onednn = pytest.mark.skipif(not linear_mod.onednn_available(), reason="this torch build has no oneDNN matmul")
+
+
+@onednn
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_onednn_linear_matches_f_linear_values_and_gradients(bias, layout):
+    torch.manual_seed(0)
+    w = torch.randn(96, 128, requires_grad=True)
+    b = torch.randn(96, requires_grad=True) if bias else None
+    x = torch.randn(4, 60, 128) if layout == "contiguous" else torch.randn(60, 4, 128).transpose(0, 1)
+    assert linear_mod._use_onednn(x, w)  # the shapes really take the oneDNN path
+    g = torch.randn(4, 60, 96)
+    results = []
+    for fn in (linear_mod.linear, nn.functional.linear):
+        xi = x.clone().requires_grad_(True)
+        for p in (w, b):
+            if p is not None:
+                p.grad = None
+        y = fn(xi, w, b)
+        y.backward(g)
+        results.append([y, xi.grad, w.grad] + ([b.grad] if bias else []))
+    for ours, ref in zip(*results, strict=True):
+        assert ours.shape == ref.shape
+        torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-4)
+
+
+@onednn
+def test_onednn_linear_falls_back_where_it_should(monkeypatch):
+    w = torch.randn(256, 256)
+    big, small = torch.randn(64, 256), torch.randn(2, 256)
+    assert linear_mod._use_onednn(big, w)
+    assert not linear_mod._use_onednn(small, w)  # per-call overhead would outweigh the faster kernel
+    assert not linear_mod._use_onednn(big.double(), w.double())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not linear_mod._use_onednn(big, w)  # autocast: PyTorch's own bf16 path (oneDNN already)
+        assert linear_mod.linear(big, w).dtype == torch.bfloat16
+    monkeypatch.setattr(linear_mod, "enabled", False)  # ASR_ONEDNN_LINEAR=0
+    assert not linear_mod._use_onednn(big, w)
+
+
+@onednn
+def test_onednn_linear_no_grad_and_tied_weight_gradients():
+    torch.manual_seed(0)
+    emb = nn.Embedding(600, 64)
+    lin = linear_mod.Linear(64, 64)
+    ids = torch.randint(0, 600, (8, 70))
+    h = lin(emb(ids))  # the weight is used twice: as the embedding and as the tied output projection
+    with torch.no_grad():
+        torch.testing.assert_close(linear_mod.linear(h, emb.weight), nn.functional.linear(h, emb.weight))
+    linear_mod.linear(h, emb.weight).logsumexp(-1).sum().backward()
+    ours = [p.grad.clone() for p in (emb.weight, lin.weight, lin.bias)]
+    for p in (emb.weight, lin.weight, lin.bias):
+        p.grad = None
+    h = nn.functional.linear(emb(ids), lin.weight, lin.bias)
+    nn.functional.linear(h, emb.weight).logsumexp(-1).sum().backward()
+    for a, p in zip(ours, (emb.weight, lin.weight, lin.bias), strict=True):
+        torch.testing.assert_close(a, p.grad, rtol=1e-5, atol=1e-4)
+    assert set(lin.state_dict()) == {"weight", "bias"}

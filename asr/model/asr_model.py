@@ -15,6 +15,7 @@ from ..config import ModelConfig
 from .attention import lengths_to_keep_mask
 from .cmvn import GlobalCMVN
 from .frontend import build_frontend
+from .linear import Linear
 from .transformer import Decoder, Encoder
 
 __all__ = ["ASRModel", "BLANK_ID", "UNK_ID", "IGNORE_ID"]
@@ -39,7 +40,7 @@ class ASRModel(nn.Module):
         self.cmvn = GlobalCMVN(cfg.input_dim)
         self.frontend = build_frontend(cfg.frontend, cfg.input_dim, cfg.d_model, cfg.stack)
         self.encoder = Encoder(cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.encoder_layers, cfg.dropout, pre)
-        self.ctc = nn.Linear(cfg.d_model, cfg.vocab_size)
+        self.ctc = Linear(cfg.d_model, cfg.vocab_size)
         self.decoder = (
             Decoder(cfg.vocab_size, cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.decoder_layers, cfg.dropout, pre)
             if cfg.decoder_layers > 0

@@ -14,6 +14,7 @@ from torch import nn
 
 from .dropout import Dropout
 from .dropout import dropout as _dropout
+from .linear import Linear
 
 __all__ = ["MultiHeadAttention", "lengths_to_keep_mask", "causal_keep_mask", "SinusoidalPositions"]
 
@@ -85,11 +86,11 @@ class MultiHeadAttention(nn.Module):
         self.cross = cross
         self.dropout = dropout
         if cross:
-            self.q = nn.Linear(d_model, d_model)
-            self.kv = nn.Linear(d_model, 2 * d_model)
+            self.q = Linear(d_model, d_model)
+            self.kv = Linear(d_model, 2 * d_model)
         else:
-            self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.out = nn.Linear(d_model, d_model)
+            self.qkv = Linear(d_model, 3 * d_model)
+        self.out = Linear(d_model, d_model)
 
     def _split(self, x: torch.Tensor, parts: int) -> torch.Tensor:
         b, l, _ = x.shape

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .linear import Linear
+
 __all__ = ["LinearStackFrontend", "Conv2dFrontend", "build_frontend"]
 
 
@@ -19,7 +21,7 @@ class LinearStackFrontend(nn.Module):
     def __init__(self, input_dim: int, d_model: int, stack: int = 4):
         super().__init__()
         self.stack = stack
-        self.proj = nn.Linear(input_dim * stack, d_model)
+        self.proj = Linear(input_dim * stack, d_model)
 
     @property
     def min_input_frames(self) -> int:
@@ -50,7 +52,7 @@ class Conv2dFrontend(nn.Module):
             nn.Conv2d(d_model, d_model, 3, 2),
             nn.ReLU(inplace=True),  # conv outputs are not needed for backward
         )
-        self.proj = nn.Linear(d_model * (((input_dim - 1) // 2 - 1) // 2), d_model)
+        self.proj = Linear(d_model * (((input_dim - 1) // 2 - 1) // 2), d_model)
 
     @property
     def min_input_frames(self) -> int:

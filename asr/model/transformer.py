@@ -10,6 +10,7 @@ from torch import nn
 
 from .attention import MultiHeadAttention, SinusoidalPositions, causal_keep_mask, lengths_to_keep_mask
 from .dropout import Dropout, dropout, dropout_scale
+from .linear import Linear, linear
 
 __all__ = ["Encoder", "Decoder", "DecoderCache"]
 
@@ -38,7 +39,7 @@ class FeedForward(nn.Sequential):
     """Position-wise FFN: Linear, ReLU, dropout, Linear (ReLU and dropout fused to save memory)."""
 
     def __init__(self, d_model: int, ffn_dim: int, dropout: float):
-        super().__init__(nn.Linear(d_model, ffn_dim), nn.ReLU(), Dropout(dropout), nn.Linear(ffn_dim, d_model))
+        super().__init__(Linear(d_model, ffn_dim), nn.ReLU(), Dropout(dropout), Linear(ffn_dim, d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w1, _, drop, w2 = self
@@ -155,7 +156,7 @@ class Decoder(nn.Module):
         self.norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.norm(x), self.embed.weight)  # tied output projection, (.., V)
+        return linear(self.norm(x), self.embed.weight)  # tied output projection, (.., V)
 
     def init_cache(self, memory: torch.Tensor, memory_lens: torch.Tensor) -> DecoderCache:
         """Cross-attention keys/values of every layer for ``memory`` (N, S, D), computed once."""

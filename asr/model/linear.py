@@ -1,0 +1,88 @@
+"""Linear layers whose fp32 CPU matrix products run in oneDNN instead of the BLAS (MKL).
+
+PyTorch sends fp32 CPU matrix products to MKL's sgemm (oneDNN only gets bf16 and fp16). On AMD
+processors MKL takes a generic code path: on this project's 2-core AMD EPYC (AVX-512), 218 GFLOP/s
+for the FFN's (1992 x 256) x (256 x 2048) product against 490 for oneDNN's fp32 matmul, the same
+product in fp32 arithmetic (no reduced-precision shortcut: errors against float64 are alike).
+:func:`linear` therefore runs fp32 CPU products of at least :data:`MIN_WORK` multiply-adds
+through ``torch.ops.mkldnn._linear_pointwise``, forward and backward; smaller ones (a decoder step
+of one hypothesis), other dtypes and devices, and autocast regions (where PyTorch already uses
+oneDNN for bf16) take ``F.linear``. Where the op is missing (a build without oneDNN) or
+``ASR_ONEDNN_LINEAR=0`` is set, everything takes ``F.linear``. Measured side by side in
+``tools/bench.py`` (systems ``ours-*-mkl`` set ``ASR_ONEDNN_LINEAR=0``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["Linear", "linear", "onednn_available", "MIN_WORK"]
+
+MIN_WORK = 1 << 21  # rows x in x out; below it oneDNN's per-call overhead outweighs its faster kernel here
+
+try:
+    _matmul = torch.ops.mkldnn._linear_pointwise  # (x, weight (out, in), bias, "none", [], "") -> x weight^T + b
+except (AttributeError, RuntimeError):
+    _matmul = None
+
+enabled = os.environ.get("ASR_ONEDNN_LINEAR", "1") != "0"  # module switch, e.g. for side-by-side benchmarks
+
+
+def onednn_available() -> bool:
+    return _matmul is not None and torch.backends.mkldnn.is_available()
+
+
+def _mm(a: torch.Tensor, b_t: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """a @ b_t^T (+ bias) in oneDNN."""
+    return _matmul(a, b_t, bias, "none", [], "")
+
+
+def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    if not (enabled and _matmul is not None and x.device.type == "cpu" and torch.backends.mkldnn.enabled):
+        return False
+    if x.dtype != torch.float32 or weight.dtype != torch.float32 or torch.is_autocast_enabled("cpu"):
+        return False
+    in_dim = x.shape[-1]
+    return in_dim > 0 and x.numel() // in_dim * in_dim * weight.shape[0] >= MIN_WORK
+
+
+class _OneDNNLinear(torch.autograd.Function):
+    """x W^T + b with all three products (forward, input gradient, weight gradient) in oneDNN."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        return _mm(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        g = grad.reshape(-1, grad.shape[-1])  # (N, out)
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            gx = _mm(g, weight.t()).view(x.shape)  # (N, out) x (out, in)
+        if ctx.needs_input_grad[1]:
+            gw = _mm(g.t(), x.reshape(-1, x.shape[-1]).t())  # (out, N) x (N, in)
+        if ctx.needs_input_grad[2]:
+            gb = g.sum(0)
+        return gx, gw, gb
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``; fp32 CPU products of at least MIN_WORK multiply-adds in oneDNN."""
+    if not _use_onednn(x, weight):
+        return F.linear(x, weight, bias)
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)):
+        return _OneDNNLinear.apply(x, weight, bias)
+    return _mm(x, weight, bias)
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` (same parameters and state dict) through :func:`linear`."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias)
