@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["Linear", "linear", "onednn_available", "MIN_WORK"]
+__all__ = ["Linear", "linear", "onednn_mm", "onednn_available", "MIN_WORK"]
 
 MIN_WORK = 1 << 21  # rows x in x out; below it oneDNN's per-call overhead outweighs its faster kernel here
 
@@ -48,6 +48,11 @@ def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
         return False
     in_dim = x.shape[-1]
     return in_dim > 0 and x.numel() // in_dim * in_dim * weight.shape[0] >= MIN_WORK
+
+
+def onednn_mm(a: torch.Tensor, b_t: torch.Tensor) -> torch.Tensor:
+    """``a @ b_t.T`` for 2-D tensors, in oneDNN where :func:`linear` would take it."""
+    return _mm(a, b_t) if _use_onednn(a, b_t) else a @ b_t.t()
 
 
 class _OneDNNLinear(torch.autograd.Function):
