@@ -12,6 +12,8 @@ Equal work everywhere: the 100 h model size (d_model 256, 4 heads, 12/6 layers, 
 vocabulary 500, CTC 0.3, label smoothing 0.1, random weights), the same batch shapes and
 lengths, the same number of generated tokens, the same thread count. Peers are skipped (and
 said so) when tools/peers/.venv is missing. This file imports ``asr`` only in our own workers.
+Systems ending in ``-mkl`` are ours with ``ASR_ONEDNN_LINEAR=0``: every fp32 matrix product in
+PyTorch's default BLAS (MKL), as in the peers, to show what routing them through oneDNN gives.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ PEERS_PY = REPO / "tools" / "peers" / ".venv" / "bin" / "python"
 OURS_PY = Path(sys.executable)
 VOCAB = 500
 
-TRAIN_SYSTEMS = ["ours-conv2d", "ours-linear", "espnet", "speechbrain"]
+TRAIN_SYSTEMS = ["ours-conv2d", "ours-conv2d-mkl", "ours-linear", "espnet", "speechbrain"]
 
 
 # ----------------------------------------------------------------------------- shared inputs
@@ -71,13 +73,14 @@ def _build_train(system: str):
     import torch
 
     feats, feat_lens, tokens, token_lens = train_batch()
+    torch.manual_seed(0)  # the same weights in every process (torch's own start seed varies)
     if system.startswith("ours"):
         from asr.config import load_config
         from asr.model import ASRModel
 
         cfg = load_config(REPO / "configs" / "librispeech" / "transformer_100h.yaml").model
         cfg.vocab_size = VOCAB
-        cfg.frontend = system.split("-", 1)[1]
+        cfg.frontend = system.split("-")[1]
         model = ASRModel(cfg)
         batch = (feats, feat_lens, tokens, token_lens)
 
@@ -89,7 +92,6 @@ def _build_train(system: str):
     from peers.models import BUILDERS, Batch
 
     build, loss_fn = BUILDERS[system]
-    torch.manual_seed(0)
     return build(VOCAB), loss_fn, Batch(feats, feat_lens, tokens, token_lens)
 
 
@@ -203,7 +205,7 @@ def worker_features(threads: int, reps: int) -> dict:
     }
 
 
-DECODE_SYSTEMS = ["ours-conv2d", "ours-conv2d-b1", "ours-conv2d-bf16", "ours-linear", "espnet"]
+DECODE_SYSTEMS = ["ours-conv2d", "ours-conv2d-mkl", "ours-conv2d-b1", "ours-conv2d-bf16", "ours-linear", "espnet"]
 
 
 def decode_inputs(utts: int = 16, frames: int = 1000, seed: int = 1):
@@ -340,6 +342,8 @@ def run_worker(kind: str, system: str, threads: int, timeout: float = 1800, **kw
     """Run one worker in a fresh process with ``threads`` threads; its JSON result."""
     py = PEERS_PY if system in ("espnet", "speechbrain") else OURS_PY
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore")
+    if system.endswith("-mkl"):  # ours with every fp32 matrix product in PyTorch's default BLAS, as the peers
+        env["ASR_ONEDNN_LINEAR"] = "0"
     args = [str(py), str(Path(__file__).resolve()), "--worker", kind, "--system", system, "--threads", str(threads),
             "--kwargs", json.dumps(kw)]
     p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO)
@@ -495,7 +499,7 @@ def main() -> None:
         ratios.update(r)
         print_table(
             f"Decoding 16 utterances of 10 s, encoder included, every output forced to 30 tokens, medians of "
-            f"{args.reps} runs (beam: 10 with CTC weight 0.3; -b1: one utterance at a time; -bf16: bf16 autocast)",
+            f"{args.reps} runs (beam: 10 with CTC weight 0.3; -b1: one utterance at a time; -bf16: bf16 autocast; -mkl: fp32 products in MKL)",
             ["threads", "search", "system", "utt/s", "s/utt", "speed vs ESPnet"],
             rows,
         )

@@ -14,6 +14,7 @@ Both include the encoder. Prints a table and one JSON line; checks that both fin
 hypotheses.
 
     python tools/bench_decode.py [--utts 16] [--seconds 10] [--beam 10] [--tokens 30]
+    python tools/bench_decode.py --device cuda --precision bf16 --utts 64   # ours only (no textbook)
 """
 
 from __future__ import annotations
@@ -114,13 +115,14 @@ def textbook_greedy(model, feats, n_tokens):
 
 
 @torch.inference_mode()
-def ours(model, feats, lens, beam, ctc_weight, n_tokens):
-    memory, mem_lens = model.encode(feats, lens)
-    if beam == 1 and ctc_weight == 0:
-        return [(h, None) for h in greedy_search(model, memory, mem_lens, max_len=n_tokens, min_len=n_tokens)]
-    out = beam_search(
-        model, memory, mem_lens, beam_size=beam, ctc_weight=ctc_weight, max_len=n_tokens, min_len=n_tokens
-    )
+def ours(model, feats, lens, beam, ctc_weight, n_tokens, bf16=False):
+    with torch.autocast(feats.device.type, dtype=torch.bfloat16, enabled=bf16):
+        memory, mem_lens = model.encode(feats, lens)
+        if beam == 1 and ctc_weight == 0:
+            return [(h, None) for h in greedy_search(model, memory, mem_lens, max_len=n_tokens, min_len=n_tokens)]
+        out = beam_search(
+            model, memory, mem_lens, beam_size=beam, ctc_weight=ctc_weight, max_len=n_tokens, min_len=n_tokens
+        )
     return [(h[0].tokens, h[0].score) for h in out]
 
 
@@ -135,26 +137,33 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=30)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--skip-textbook", action="store_true")
+    ap.add_argument("--device", default="cpu", help="cuda: ours only (the textbook search is fp32 CPU code)")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: autocast, ours only")
     args = ap.parse_args()
+    device = torch.device(args.device)
+    bf16 = args.precision == "bf16"
+    args.skip_textbook |= device.type != "cpu" or bf16  # the textbook search is the fp32 CPU reference
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = load_config(args.config, [f"model.vocab_size={args.vocab}"])
     torch.manual_seed(0)
-    model = ASRModel(cfg.model).eval()
+    model = ASRModel(cfg.model).eval().to(device)
     frames = int(args.seconds * 100)
-    feats = torch.randn(args.utts, frames, cfg.model.input_dim)
-    lens = torch.full((args.utts,), frames)
+    feats = torch.randn(args.utts, frames, cfg.model.input_dim, device=device)
+    lens = torch.full((args.utts,), frames, device=device)
     variants = [
         (f"beam {args.beam} + CTC {args.ctc_weight}", args.beam, args.ctc_weight),
         (f"beam {args.beam}, no CTC", args.beam, 0.0),
         ("greedy", 1, 0.0),
     ]
-    ours(model, feats[:2, :200], lens[:2].clamp_max(200), 2, args.ctc_weight, 3)  # warm-up
+    ours(model, feats[:2, :200], lens[:2].clamp_max(200), 2, args.ctc_weight, 3, bf16)  # warm-up
     rows = []
-    record = {"utts": args.utts, "seconds": args.seconds, "tokens": args.tokens, "threads": torch.get_num_threads()}
+    record = {"utts": args.utts, "seconds": args.seconds, "tokens": args.tokens, "threads": torch.get_num_threads(),
+              "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+              "precision": args.precision}  # fmt: skip
     for name, beam, w in variants:
         t0 = time.perf_counter()
-        ours_out = ours(model, feats, lens, beam, w, args.tokens)
+        ours_out = ours(model, feats, lens, beam, w, args.tokens, bf16)  # hypotheses come back as lists: synced
         t_ours = time.perf_counter() - t0
         assert all(len(h) == args.tokens for h, _ in ours_out)
         t_text, agree = math.nan, None
