@@ -108,6 +108,10 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
     fs.add_argument("--train-gain-db", type=float, nargs=2, default=(-18.0, 6.0), metavar=("LOW", "HIGH"),
                     help="random gain per training utterance (0 0 disables)")
     fs.add_argument("--take-gain-db", type=float, default=3.0, help="random +- gain per take in training (0 disables)")
+    fs.add_argument("--trim-prob", type=float, default=0.5,
+                    help="share of training takes whose weak edges are cut, as FSDD's trimming does (0 disables)")
+    fs.add_argument("--trim-db", type=float, nargs=2, default=(-25.0, -10.0), metavar=("LOW", "HIGH"),
+                    help="the cut's threshold below the take's loudest 10 ms, drawn per take")
 
 
 def run_prepare(args: argparse.Namespace) -> int:
@@ -139,7 +143,8 @@ def run_prepare(args: argparse.Namespace) -> int:
                 download_fsdd(args.corpus_dir)
             opts = FsddOptions(seed=args.seed, num_train=args.num_train, num_dev=args.num_dev,
                                num_test=args.num_test, train_gain_db=tuple(args.train_gain_db),
-                               take_gain_db=args.take_gain_db)
+                               take_gain_db=args.take_gain_db, trim_prob=args.trim_prob,
+                               trim_db=tuple(args.trim_db))
             counts = prepare_fsdd(args.corpus_dir, args.out, dev_speakers=args.dev_speakers,
                                   test_speakers=args.test_speakers, options=opts)
             for name, n in counts.items():

@@ -368,10 +368,11 @@ def _fsdd_checks(out: Path, clips: Path, train_spk: set[str], test_spk: set[str]
                 assert r["speaker"] not in train_spk or all(not lo <= i <= hi for i in idx)
             info = sf.info(r["audio"])
             assert info.samplerate == 16000 and info.duration == pytest.approx(r["duration"], abs=1e-3)
-            # takes + gaps (50-400 ms) + edges (50-250 ms each)
+            # takes (training takes may have weak edges cut) + gaps (50-400 ms) + edges (50-250 ms each)
             speech = sum(sf.info(str(clips / f"{t}.wav")).duration for t in r["takes"])
             k = len(takes)
-            assert speech + 0.05 * (k - 1) + 0.1 - 0.01 <= r["duration"] <= speech + 0.4 * (k - 1) + 0.5 + 0.01
+            shortest = 0.0 if split == "train" else speech
+            assert shortest + 0.05 * (k - 1) + 0.1 - 0.01 <= r["duration"] <= speech + 0.4 * (k - 1) + 0.5 + 0.01
 
 
 def test_fsdd_shared_corpus(data_root, tmp_path) -> None:
@@ -387,6 +388,36 @@ def test_fsdd_shared_corpus(data_root, tmp_path) -> None:
     assert all(5 <= int(r["id"].rsplit("-", 1)[1]) <= 49 for r in train)
     assert Counter(r["text"] for r in train)["ZERO"] == 4 * 45
     _fsdd_checks(out, data_root / "fsdd" / "recordings", {"george", "jackson", "lucas", "nicolas"}, {"yweweler"})
+
+
+def test_trim_weak_edges_cuts_only_frames_below_the_threshold() -> None:
+    from asr.data.fsdd import _trim_weak_edges
+
+    frame = 80  # 10 ms at 8 kHz
+    rng = np.random.default_rng(0)
+    loud = rng.standard_normal(20 * frame).astype(np.float32)  # 0 dB
+    onset = 0.1 * rng.standard_normal(5 * frame).astype(np.float32)  # -20 dB: a weak fricative
+    quiet = 0.01 * rng.standard_normal(8 * frame).astype(np.float32)  # -40 dB: the noise floor
+    x = np.concatenate([quiet, onset, loud, quiet])
+    assert np.array_equal(_trim_weak_edges(x, -30.0), np.concatenate([onset, loud]))  # the floor goes
+    assert np.array_equal(_trim_weak_edges(x, -12.0), loud)  # the weak onset goes too
+    assert _trim_weak_edges(x, -60.0).size == x.size
+    assert _trim_weak_edges(x[: 2 * frame], -10.0).size == 2 * frame  # too short to judge: kept
+
+
+def test_fsdd_trimming_only_touches_training_takes(data_root, tmp_path) -> None:
+    """--trim-prob cuts weak edges of training takes only, and leaves the rest of the draw as it was."""
+    durations = {}
+    for prob in (0.0, 1.0):
+        out = tmp_path / f"p{prob}"
+        prepare_fsdd(data_root / "fsdd", out, options=FsddOptions(seed=2, trim_prob=prob, **SMALL), progress=False)
+        durations[prob] = {s: [(r["takes"], r["duration"]) for r in read_manifest(out / f"{s}.jsonl")]
+                           for s in ("train", "dev", "test")}
+    for split in ("dev", "test"):
+        assert durations[0.0][split] == durations[1.0][split]
+    plain, trimmed = durations[0.0]["train"], durations[1.0]["train"]
+    assert [t for t, _ in plain] == [t for t, _ in trimmed]  # the same takes, in the same order
+    assert sum(d for _, d in trimmed) < sum(d for _, d in plain)
 
 
 def test_fsdd_deterministic_for_a_seed(data_root, tmp_path) -> None:

@@ -8,8 +8,10 @@ own test convention) plus any ``dev_speakers`` (all takes) form the dev set.
 A connected-digit utterance joins 1-7 takes of ONE speaker with 50-400 ms gaps, over a faint
 noise floor (30-50 dB below the speech), with 50-250 ms of the same noise before and after. It is
 built at 8 kHz, resampled to 16 kHz and written as a 16-bit wav. Training utterances can get a
-random gain per take and per utterance (real speakers record at very different levels).
-Everything is a pure function of the seed.
+random gain per take and per utterance (real speakers record at very different levels), and
+half of their takes lose their weak edges at a random energy threshold (FSDD's own trimming took
+the onset /s/ of a quiet speaker's SIX; see ``_trim_weak_edges``). Everything is a pure function
+of the seed.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ class FsddOptions:
     train_gain_db: tuple[float, float] = (-18.0, 6.0)  # per training utterance; (0, 0) disables
     take_gain_db: float = 3.0  # +- per take in training utterances; 0 disables
     train_takes: tuple[int, int] = (5, 49)  # inclusive; the other takes of train speakers go to dev
+    trim_prob: float = 0.5  # share of training takes whose weak edges are cut (0 disables), see _trim_weak_edges
+    trim_db: tuple[float, float] = (-25.0, -10.0)  # the cut's threshold below the take's loudest 10 ms, drawn per take
 
     def validate(self) -> None:
         if not 1 <= self.min_digits <= self.max_digits:
@@ -176,12 +180,26 @@ def _rms(x: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) if x.size else 0.0
 
 
+def _trim_weak_edges(x: np.ndarray, rel_db: float, frame: int = SOURCE_RATE // 100) -> np.ndarray:
+    """Cut the leading and trailing 10 ms frames more than ``-rel_db`` dB below the loudest frame.
+
+    FSDD's clips were trimmed by energy, so a quiet speaker's weak onsets and codas (the /s/ of SIX,
+    the /t/ of TWO) may be gone: training takes get the same treatment at random thresholds."""
+    n = x.size // frame
+    if n < 3:
+        return x
+    energy = np.square(x[: n * frame].reshape(n, frame), dtype=np.float64).mean(1)
+    loud = np.flatnonzero(energy >= energy.max() * 10 ** (rel_db / 10))
+    return x[loud[0] * frame : (loud[-1] + 1) * frame]
+
+
 def _build(
     split: str, n: int, pool: dict[str, list[tuple[int, Path]]], opts: FsddOptions, augment: bool,
     out_dir: Path, clips: _Clips, progress: bool,
 ) -> list[dict]:
     """Render ``n`` connected-digit utterances from ``pool`` (speaker -> [(digit, path)]) into ``out_dir``."""
     rng = random.Random(f"fsdd-{opts.seed}-{split}")  # string seeds are stable across runs and platforms
+    trim_rng = random.Random(f"fsdd-{opts.seed}-{split}-trim")  # its own stream: the rest stays as it was
     speakers = sorted(s for s, takes in pool.items() if takes)
     by_digit = {s: defaultdict(list) for s in speakers}
     for s in speakers:
@@ -203,7 +221,10 @@ def _build(
 
         pieces = [np.zeros(int(edges[0] * SOURCE_RATE), np.float32)]
         for j, (path, g) in enumerate(zip(paths, take_gains, strict=True)):
-            pieces.append(clips(path) * np.float32(10 ** (g / 20)))
+            clip = clips(path)
+            if augment and trim_rng.random() < opts.trim_prob:
+                clip = _trim_weak_edges(clip, trim_rng.uniform(*opts.trim_db))
+            pieces.append(clip * np.float32(10 ** (g / 20)))
             pieces.append(np.zeros(int((gaps[j] if j < k - 1 else edges[1]) * SOURCE_RATE), np.float32))
         speech = np.concatenate(pieces)  # (N,) at 8 kHz
         level = _rms(np.concatenate(pieces[1::2]))

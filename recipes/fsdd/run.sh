@@ -3,6 +3,7 @@
 #
 #   bash recipes/fsdd/run.sh [--corpus-dir DIR] [--stage N] [--stop-stage M] [--force] [--set KEY=VALUE ...]
 #       [--test-speakers "S ..."] [--mode M] [--beam-size N] [--ctc-weight W] [--exp NAME] [--config YAML]
+#       [--num-train N] [--num-dev N] [--num-test N] [--trim-prob P]
 #
 # Stages (each one `asr` command, each skipped when already done):
 #   0 download FSDD (skipped when --corpus-dir already holds recordings/)
@@ -27,7 +28,7 @@ seed=0
 vocab_size=29         # <blank> <unk> <sos/eos>, the 10 digit words, and the letters
 num_avg=5
 decode_args=()       # --mode/--beam-size/--ctc-weight: default the config's decode section (CTC prefix beam 8)
-sizes=()              # --num-train/--num-dev/--num-test: connected-digit utterances per split
+prepare_args=()       # --num-train/--num-dev/--num-test (utterances per split), --trim-prob: to `asr prepare fsdd`
 train_sets=()
 while (( $# )); do
   if parse_common_flag "$@"; then shift "$shift_by"; continue; fi
@@ -40,7 +41,7 @@ while (( $# )); do
     --vocab-size) vocab_size=$2; shift 2 ;;
     --num-avg) num_avg=$2; shift 2 ;;
     --mode|--beam-size|--ctc-weight) decode_args+=("$1" "$2"); shift 2 ;;
-    --num-train|--num-dev|--num-test) sizes+=("$1" "$2"); shift 2 ;;
+    --num-train|--num-dev|--num-test|--trim-prob) prepare_args+=("$1" "$2"); shift 2 ;;
     --set) train_sets+=(--set "$2"); shift 2 ;;
     *) echo "unknown option $1 (see the header of $0)" >&2; exit 2 ;;
   esac
@@ -57,7 +58,7 @@ run_stage 0 download "$data/.done.download" "$data/logs" -- \
 speaker_args=()
 [[ -n $test_speakers ]] && speaker_args=(--test-speakers $test_speakers)
 run_stage 1 prepare "$data/.done.prepare" "$data/logs" -- \
-  "${ASR[@]}" prepare fsdd --corpus-dir "$corpus_dir" --out "$data" --seed "$seed" "${speaker_args[@]}" "${sizes[@]}"
+  "${ASR[@]}" prepare fsdd --corpus-dir "$corpus_dir" --out "$data" --seed "$seed" "${speaker_args[@]}" "${prepare_args[@]}"
 
 run_stage 2 cmvn "$data/.done.cmvn" "$data/logs" -- \
   "${ASR[@]}" cmvn --manifest "$data/train.jsonl" --config "$config" --out "$data/cmvn.json"
