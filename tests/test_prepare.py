@@ -405,6 +405,12 @@ def test_trim_weak_edges_cuts_only_frames_below_the_threshold() -> None:
     assert _trim_weak_edges(x[: 2 * frame], -10.0).size == 2 * frame  # too short to judge: kept
 
 
+@pytest.mark.parametrize("bad", [dict(trim_prob=1.5), dict(trim_db=(-10.0, -25.0)), dict(trim_db=(-10.0, 5.0))])
+def test_fsdd_trim_options_are_checked(bad) -> None:
+    with pytest.raises(ValueError, match="trim_"):
+        FsddOptions(**bad).validate()
+
+
 def test_fsdd_trimming_only_touches_training_takes(data_root, tmp_path) -> None:
     """--trim-prob cuts weak edges of training takes only, and leaves the rest of the draw as it was."""
     durations = {}

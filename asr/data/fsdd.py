@@ -73,6 +73,10 @@ class FsddOptions:
             raise ValueError(f"digits per utterance: need 1 <= min <= max, got {self.min_digits}..{self.max_digits}")
         if not 0 <= self.min_gap <= self.max_gap or not 0 <= self.min_edge <= self.max_edge:
             raise ValueError("gap and edge lengths: need 0 <= min <= max")
+        if not 0.0 <= self.trim_prob <= 1.0:
+            raise ValueError(f"trim_prob: expected a share in [0, 1], got {self.trim_prob}")
+        if not self.trim_db[0] <= self.trim_db[1] <= 0.0:
+            raise ValueError(f"trim_db: expected LOW <= HIGH <= 0 (dB below the loudest frame), got {self.trim_db}")
         for k in ("num_train", "num_dev", "num_test"):
             if getattr(self, k) < 0:
                 raise ValueError(f"{k}: expected an integer >= 0, got {getattr(self, k)}")
