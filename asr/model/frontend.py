@@ -81,9 +81,7 @@ class Conv2dFrontend(nn.Module):
         fp32_training = torch.is_grad_enabled() and x.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
         if fp32_training and not x.requires_grad:
             return _ConvStackChannelsLast.apply(x, c1.weight, c1.bias, c2.weight, c2.bias)
-        h = _conv1_patch_gemm(x, c1.weight, c1.bias)
-        w2 = c2.weight.contiguous(memory_format=torch.channels_last)
-        return F.conv2d(h, w2, c2.bias, c2.stride).relu_()
+        return _conv_stack(x, c1.weight, c1.bias, c2.weight, c2.bias)[2]
 
 
 def _patches3x3(x: torch.Tensor) -> torch.Tensor:
@@ -101,6 +99,13 @@ def _conv1_patch_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor)
     return h.view(b, t1, f1, -1).permute(0, 3, 1, 2)
 
 
+def _conv_stack(x, w1, b1, w2, b2) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """relu(conv2(relu(conv1(x)))) channels-last: (conv1 output h, w2 in channels-last, output y)."""
+    h = _conv1_patch_gemm(x, w1, b1)  # (B, C, T1, F1) channels-last
+    w2 = w2.contiguous(memory_format=torch.channels_last)
+    return h, w2, F.conv2d(h, w2, b2, 2).relu_()
+
+
 class _ConvStackChannelsLast(torch.autograd.Function):
     """relu(conv2(relu(conv1(x)))) for fp32 CPU training, channels-last throughout, backward written
     out: the second convolution's input gradient from oneDNN (channels-last, fast) but its weight
@@ -111,9 +116,7 @@ class _ConvStackChannelsLast(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w1, b1, w2, b2):
-        h = _conv1_patch_gemm(x, w1, b1)  # (B, C, T1, F1) channels-last
-        w2 = w2.contiguous(memory_format=torch.channels_last)
-        y = F.conv2d(h, w2, b2, 2).relu_()
+        h, w2, y = _conv_stack(x, w1, b1, w2, b2)
         ctx.save_for_backward(x, h, w2, y)
         return y
 
