@@ -499,7 +499,8 @@ def main() -> None:
         ratios.update(r)
         print_table(
             f"Decoding 16 utterances of 10 s, encoder included, every output forced to 30 tokens, medians of "
-            f"{args.reps} runs (beam: 10 with CTC weight 0.3; -b1: one utterance at a time; -bf16: bf16 autocast; -mkl: fp32 products in MKL)",
+            f"{args.reps} runs (beam: 10 with CTC weight 0.3; -b1: one utterance at a time; -bf16: bf16 autocast; "
+            "-mkl: fp32 products in MKL)",
             ["threads", "search", "system", "utt/s", "s/utt", "speed vs ESPnet"],
             rows,
         )

@@ -81,7 +81,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """``F.linear(x, weight, bias)``; fp32 CPU products of at least MIN_WORK multiply-adds in oneDNN."""
     if not _use_onednn(x, weight):
         return F.linear(x, weight, bias)
-    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)):
+    needs_grad = x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
+    if torch.is_grad_enabled() and needs_grad:
         return _OneDNNLinear.apply(x, weight, bias)
     return _mm(x, weight, bias)
 
