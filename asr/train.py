@@ -359,6 +359,18 @@ def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str
     """Train ``cfg`` into the experiment directory ``out``; continue from its newest checkpoint if
     it has one (``resume=True`` insists that it does). Returns a summary (step, epoch, metrics).
     Exits early, after saving a checkpoint, on SIGTERM/SIGINT (``summary["stopped_by"]``)."""
+    joined = dist.is_available() and dist.is_initialized()
+    env = setup_distributed(device)
+    summary = _train(cfg, Path(out), resume, env)
+    if not joined and dist.is_available() and dist.is_initialized():
+        # Leave the group we joined, on success only (every rank has passed the final barrier): a gloo
+        # group left to interpreter exit aborts the process now and then ("terminate called without
+        # an active exception"); after an error the launcher tears the job down instead.
+        dist.destroy_process_group()
+    return summary
+
+
+def _train(cfg: Config, exp: Path, resume: bool, env: DistEnv) -> dict[str, Any]:
     from tqdm import tqdm
 
     from .data.dataset import check_skip_ratio, spec_augment
@@ -367,8 +379,6 @@ def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str
     from .model.cmvn import CMVNStats
     from .text import Tokenizer
 
-    env = setup_distributed(device)
-    exp = Path(out)
     tcfg = cfg.train
     precision = resolve_precision(tcfg.precision, env.device)
 

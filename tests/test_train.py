@@ -223,6 +223,33 @@ def test_ddp_two_processes_match_one_process(corpus, tmp_path):
     assert all(torch.allclose(wa[k], wb[k], atol=1e-5, rtol=0) for k in wa)
 
 
+@pytest.mark.parametrize("caller_joined", [False, True])
+def test_train_leaves_only_the_process_group_it_joined(corpus, tmp_path, monkeypatch, caller_joined):
+    """A gloo group left to interpreter exit aborts the process now and then (SIGABRT after a finished
+    run): train() destroys the group it created, and leaves alone one its caller created."""
+    import torch.distributed as dist
+
+    import asr.train as T
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+
+    def join(device="auto"):
+        if not dist.is_initialized():
+            dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+        return T.DistEnv(0, 1, 0, torch.device("cpu"))
+
+    if caller_joined:
+        join()
+    monkeypatch.setattr(T, "setup_distributed", join)
+    cfg_path = write_config(tmp_path / "c.yaml", corpus, "short4", train={"epochs": 1})
+    try:
+        train(load_config(cfg_path), tmp_path / "exp")
+        assert dist.is_initialized() == caller_joined
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 def _kill_config(tmp_path, corpus) -> Path:
     """Dropout, SpecAugment, speed perturbation and a worker process: every RNG matters on resume."""
     return write_config(
