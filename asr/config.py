@@ -77,11 +77,13 @@ class SpecAugmentConfig:
     time_masks: int = 2
     time_width: float = 0.05  # < 1: share of the utterance's frames; >= 1: frames
     time_warp: int = 0  # maximum warp in frames; 0 disables it
+    freq_warp: float = 0.0  # VTLP: formants moved by up to this share (0.1: x0.9-1.1); 0 disables it
 
     def validate(self, prefix: str = "data.specaugment") -> None:
         for k in ("freq_masks", "freq_width", "time_masks", "time_warp"):
             _check(getattr(self, k) >= 0, prefix, k, "an integer >= 0", getattr(self, k))
         _check(self.time_width >= 0, prefix, "time_width", "a value >= 0", self.time_width)
+        _check(0 <= self.freq_warp < 0.5, prefix, "freq_warp", "a value in [0, 0.5)", self.freq_warp)
 
 
 @dataclass

@@ -585,7 +585,9 @@ def _train(cfg: Config, exp: Path, resume: bool, env: DistEnv) -> dict[str, Any]
                         batch = batch.to(env.device, non_blocking=True)
                         feats, feat_lens, toks, tok_lens = batch.feats, batch.feat_lens, batch.tokens, batch.token_lens
                         if cfg.data.specaugment is not None:
-                            feats = spec_augment(feats, feat_lens, cfg.data.specaugment, specaug_gen)
+                            feats = spec_augment(
+                                feats, feat_lens, cfg.data.specaugment, specaug_gen, cfg.data.sample_rate
+                            )
                     else:
                         feats, feat_lens, toks, tok_lens = dummy_batch(raw_model, env.device)
                     weight = b * env.world_size / max(g_utts, 1)  # DDP averages over ranks; undo, then / global

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 
 from asr.audio import fbank, fbank_batch, load_audio
 from asr.cli import main
-from asr.config import DataConfig, ModelConfig, SpecAugmentConfig
+from asr.config import ConfigError, DataConfig, ModelConfig, SpecAugmentConfig
 from asr.data.dataset import (
     ASRDataset,
     DataError,
@@ -21,6 +21,7 @@ from asr.data.dataset import (
     compute_cmvn_stats,
     ctc_min_frames,
     filter_records,
+    freq_warp,
     spec_augment,
 )
 from asr.data.librispeech import prepare_librispeech
@@ -293,3 +294,36 @@ def test_feature_cache_returns_the_same_items_and_computes_each_once(libri, monk
     distinct = len(cached._cache)
     assert distinct < 4 * len(records), "some (utterance, speed) pairs must repeat across 4 epochs"
     assert len(calls) == 4 * len(records) + distinct  # the plain dataset every time, the cached one once per pair
+
+
+def test_freq_warp_moves_a_tone_like_a_higher_tone() -> None:
+    """VTLP by alpha turns the fbank of a 1 kHz tone into (nearly) the fbank of an alpha kHz tone."""
+    sr = 8000
+    t = torch.arange(sr) / sr
+
+    def tone_fbank(hz: float) -> torch.Tensor:
+        return fbank(0.5 * torch.sin(2 * torch.pi * hz * t), sr, num_mel_bins=40)
+
+    x = tone_fbank(1000.0).unsqueeze(0).repeat(3, 1, 1)  # (3, T, 40)
+    y = freq_warp(x, torch.tensor([1.0, 1.15, 0.87]), sr)
+    assert torch.allclose(y[0], x[0], atol=1e-4)  # alpha 1: unchanged
+    for k, hz in ((1, 1150.0), (2, 870.0)):
+        want = tone_fbank(hz)[50]
+        got = y[k, 50]
+        assert int(got.argmax()) == int(want.argmax()) != int(x[0, 50].argmax())
+        assert torch.corrcoef(torch.stack([got, want]))[0, 1] > 0.97
+
+
+def test_spec_augment_freq_warp_draws_per_utterance_and_needs_the_sample_rate() -> None:
+    x, lens = _batch([120, 80, 60], f=40)
+    cfg = SpecAugmentConfig(freq_masks=0, time_masks=0, time_warp=0, freq_warp=0.1)
+    with pytest.raises(ValueError, match="sample_rate"):
+        spec_augment(x, lens, cfg, torch.Generator().manual_seed(0))
+    a = spec_augment(x, lens, cfg, torch.Generator().manual_seed(0), sample_rate=8000)
+    b = spec_augment(x, lens, cfg, torch.Generator().manual_seed(0), sample_rate=8000)
+    assert torch.equal(a, b) and not torch.equal(a, x)
+    assert (a >= x.amin(2, keepdim=True) - 1e-6).all() and (a <= x.amax(2, keepdim=True) + 1e-6).all()
+    for k, n in enumerate(lens.tolist()):
+        assert not a[k, n:].any()  # padding stays zero
+    with pytest.raises(ConfigError, match="freq_warp"):
+        SpecAugmentConfig(freq_warp=0.6).validate()

@@ -242,6 +242,37 @@ def _time_warp(
     return x.gather(1, idx_lo) * (1 - frac) + x.gather(1, idx_hi) * frac
 
 
+def _mel(hz: torch.Tensor) -> torch.Tensor:
+    return 1127.0 * torch.log1p(hz / 700.0)  # Kaldi's mel scale
+
+
+def freq_warp(x: torch.Tensor, alpha: torch.Tensor, sample_rate: int) -> torch.Tensor:
+    """Vocal tract length perturbation (Jaitly & Hinton, 2013) of Kaldi log-mel features (B, T, F).
+
+    Each utterance's spectrum is stretched along linear frequency by its ``alpha`` (B,) (> 1: a
+    shorter vocal tract, formants move up), piecewise linearly so that the top 20% of the band is
+    squeezed to keep the Nyquist frequency in place. Band i (centred at c_i, Kaldi's layout: 20 Hz to
+    Nyquist) then reads the unwarped features at frequency c_i / alpha, linearly interpolated between
+    the neighbouring bands (edges held). Speed perturbation moves pitch and formants together; this
+    moves the formants alone.
+    """
+    b, t, f = x.shape
+    nyq = sample_rate / 2
+    lo_m, hi_m = _mel(torch.tensor([20.0, nyq], dtype=torch.float64))
+    delta = (hi_m - lo_m) / (f + 1)
+    centre = 700.0 * torch.expm1((lo_m + delta * torch.arange(1, f + 1)) / 1127.0)  # (F,) Hz
+    a = alpha.detach().cpu().double().unsqueeze(1)  # (B, 1)
+    knee = 0.8 * nyq
+    top = knee / a + (centre - knee) * (nyq - knee / a) / (nyq - knee)
+    src = torch.where(centre <= knee, centre / a, top)  # (B, F) Hz
+    pos = ((_mel(src) - lo_m) / delta - 1).clamp(0, f - 1).to(x.device)
+    lo = pos.floor().long()
+    hi = (lo + 1).clamp_max(f - 1)
+    frac = (pos - lo).to(x.dtype).unsqueeze(1)  # (B, 1, F)
+    lo, hi = lo.unsqueeze(1).expand(b, t, f), hi.unsqueeze(1).expand(b, t, f)
+    return x.gather(2, lo) * (1 - frac) + x.gather(2, hi) * frac
+
+
 def _band_mask(
     size: int, count: int, max_width: torch.Tensor, limit: torch.Tensor, generator: torch.Generator | None,
     device: torch.device,
@@ -261,8 +292,10 @@ def spec_augment(
     feat_lens: torch.Tensor,
     cfg: SpecAugmentConfig,
     generator: torch.Generator | None = None,
+    sample_rate: int | None = None,
 ) -> torch.Tensor:
-    """SpecAugment (Park et al., 2019) on a padded batch (B, T, F): time warp, frequency and time masks.
+    """SpecAugment (Park et al., 2019) on a padded batch (B, T, F): time warp, frequency warp
+    (VTLP, needs ``sample_rate``), frequency and time masks.
 
     Masked values are set to 0, as in ESPnet and WeNet (features are raw fbank; CMVN is in the
     model). Time masks are as wide as ``cfg.time_width`` (frames, or a share of each utterance's
@@ -276,6 +309,11 @@ def spec_augment(
         return feats.clone()
     lens = feat_lens.to(dev)
     x = _time_warp(feats, lens, cfg.time_warp, generator) if cfg.time_warp > 0 else feats.clone()
+    if cfg.freq_warp > 0:
+        if sample_rate is None:
+            raise ValueError("data.specaugment.freq_warp needs the features' sample_rate")
+        alpha = 1 - cfg.freq_warp + 2 * cfg.freq_warp * _uniform((b,), generator, dev)  # U[1 - w, 1 + w]
+        x = freq_warp(x, alpha, sample_rate)
     keep = torch.ones(b, t, f, dtype=torch.bool, device=dev)
     if cfg.freq_masks > 0 and cfg.freq_width > 0:
         full = torch.full((b,), f, device=dev, dtype=torch.float32)
