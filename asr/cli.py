@@ -316,6 +316,7 @@ def run_decode(args: argparse.Namespace) -> int:
     cfg = _decode_settings(args, model.config.decode)
     records = read_manifest(args.manifest)
     stats = decode_manifest(model, records, args.out, cfg, args.max_frames, args.batch_size, args.num_workers)
+    _write_decode_settings(args, cfg, stats)
     print(
         f"decoded {stats.decoded} utterances ({stats.audio_seconds / 3600:.2f} h) in {stats.wall_seconds:.1f} s: "
         f"RTF {stats.rtf:.4f} (mode {cfg.mode}, beam {cfg.beam_size}, ctc_weight {cfg.ctc_weight}) -> {args.out}"
@@ -325,6 +326,31 @@ def run_decode(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+def _write_decode_settings(args: argparse.Namespace, cfg: object, stats: object) -> None:
+    """What produced ``--out``, beside it (``hyp.jsonl`` -> ``hyp.settings.json``): the model, the
+    manifest, the effective search settings (config defaults with the command line applied), counts."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    import torch
+
+    record = {
+        "model": str(Path(args.model).resolve()),
+        "manifest": str(Path(args.manifest).resolve()),
+        "decode": dataclasses.asdict(cfg),
+        "batch_size": args.batch_size,
+        "device": args.device,
+        "decoded": stats.decoded,
+        "failed": stats.failed,
+        "audio_seconds": round(stats.audio_seconds, 3),
+        "wall_seconds": round(stats.wall_seconds, 3),
+        "torch": torch.__version__,
+    }
+    path = Path(args.out).with_suffix(".settings.json")
+    path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
 
 
 def add_transcribe(sub: argparse._SubParsersAction) -> None:

@@ -160,7 +160,7 @@ def test_cli_decode_then_score(model_dir, data_root, tmp_path, capsys):
     manifest.write_text("".join(json.dumps(r) + "\n" for r in recs))
     outs = []
     for max_frames in ("4000", "40000"):
-        hyp = tmp_path / f"hyp{max_frames}.jsonl"
+        hyp = tmp_path / f"decode{max_frames}" / "hyp.jsonl"  # a directory that does not exist yet
         rc = main(
             [
                 "decode",
@@ -185,6 +185,10 @@ def test_cli_decode_then_score(model_dir, data_root, tmp_path, capsys):
         lines = [json.loads(x) for x in hyp.read_text().splitlines()]
         assert sorted(x["id"] for x in lines) == sorted(r["id"] for r in recs[:-1])
         assert all(set(x) == {"id", "text", "score"} for x in lines)
+        settings = json.loads(hyp.with_suffix(".settings.json").read_text())
+        assert settings["decode"]["mode"] == "rescore" and settings["decode"]["beam_size"] == 3
+        assert settings["decode"]["max_frames"] == int(max_frames) and settings["failed"] == ["corrupt"]
+        assert settings["decoded"] == len(lines) and settings["model"] == str(model_dir.resolve())
         outs.append({x["id"]: x["text"] for x in lines})
     assert outs[0] == outs[1]  # batching does not change results
 

@@ -71,6 +71,7 @@ def decode_manifest(
     seen: set[str] = set()
     t0 = time.perf_counter()
     bar = tqdm(total=len(records), unit="utt", disable=not progress, dynamic_ncols=True)
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with open(out_path, "w", encoding="utf-8") as out:
         for batch in loader:
             hyps = recognize(model, batch.feats, batch.feat_lens, cfg) if batch.ids else []
