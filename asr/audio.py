@@ -21,6 +21,7 @@ __all__ = ["AudioError", "load_audio", "audio_duration", "resample", "fbank", "f
 
 FRAME_LENGTH_MS = 25.0
 FRAME_SHIFT_MS = 10.0
+MEL_LOW_FREQ = 20.0  # Hz, Kaldi's lower edge of the first mel band (the upper edge of the last is Nyquist)
 
 
 class AudioError(ValueError):
@@ -126,6 +127,7 @@ def fbank(
         frame_length=FRAME_LENGTH_MS,
         frame_shift=FRAME_SHIFT_MS,
         dither=dither,
+        low_freq=MEL_LOW_FREQ,
         energy_floor=0.0,
         window_type="povey",
         preemphasis_coefficient=0.97,
@@ -150,7 +152,7 @@ def _fbank_tables(sample_rate: int, num_mel_bins: int) -> tuple[int, int, int, t
     hop = int(sample_rate * FRAME_SHIFT_MS / 1000)
     nfft = 1 << (win - 1).bit_length()
     window = torch.hann_window(win, periodic=False, dtype=torch.float64).pow(0.85)  # (win,)
-    mel, _ = kaldi.get_mel_banks(num_mel_bins, nfft, float(sample_rate), 20.0, 0.0, 100.0, -500.0, 1.0)
+    mel, _ = kaldi.get_mel_banks(num_mel_bins, nfft, float(sample_rate), MEL_LOW_FREQ, 0.0, 100.0, -500.0, 1.0)
     mel_t = torch.nn.functional.pad(mel.to(torch.float64), (0, 1)).T  # (nfft/2 + 1, bins)
     return win, hop, nfft, window, mel_t.repeat_interleave(2, dim=0).contiguous()  # (nfft + 2, bins)
 

@@ -20,11 +20,12 @@ from typing import Any
 
 import numpy as np
 import torch
+import torchaudio.compliance.kaldi as kaldi
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from ..audio import AudioError, fbank_batch, load_audio, num_frames, speed_perturb
+from ..audio import MEL_LOW_FREQ, AudioError, fbank_batch, load_audio, num_frames, speed_perturb
 from ..config import DataConfig, SpecAugmentConfig
 from ..text import Tokenizer, normalize
 
@@ -242,10 +243,6 @@ def _time_warp(
     return x.gather(1, idx_lo) * (1 - frac) + x.gather(1, idx_hi) * frac
 
 
-def _mel(hz: torch.Tensor) -> torch.Tensor:
-    return 1127.0 * torch.log1p(hz / 700.0)  # Kaldi's mel scale
-
-
 def freq_warp(x: torch.Tensor, alpha: torch.Tensor, sample_rate: int) -> torch.Tensor:
     """Vocal tract length perturbation (Jaitly & Hinton, 2013) of Kaldi log-mel features (B, T, F).
 
@@ -258,14 +255,14 @@ def freq_warp(x: torch.Tensor, alpha: torch.Tensor, sample_rate: int) -> torch.T
     """
     b, t, f = x.shape
     nyq = sample_rate / 2
-    lo_m, hi_m = _mel(torch.tensor([20.0, nyq], dtype=torch.float64))
-    delta = (hi_m - lo_m) / (f + 1)
-    centre = 700.0 * torch.expm1((lo_m + delta * torch.arange(1, f + 1)) / 1127.0)  # (F,) Hz
+    lo_m, hi_m = kaldi.mel_scale(torch.tensor([MEL_LOW_FREQ, nyq], dtype=torch.float64))
+    delta = (hi_m - lo_m) / (f + 1)  # Kaldi's bands: centres evenly spaced in mel
+    centre = kaldi.inverse_mel_scale(lo_m + delta * torch.arange(1, f + 1))  # (F,) Hz
     a = alpha.detach().cpu().double().unsqueeze(1)  # (B, 1)
     knee = 0.8 * nyq
     top = knee / a + (centre - knee) * (nyq - knee / a) / (nyq - knee)
     src = torch.where(centre <= knee, centre / a, top)  # (B, F) Hz
-    pos = ((_mel(src) - lo_m) / delta - 1).clamp(0, f - 1).to(x.device)
+    pos = ((kaldi.mel_scale(src) - lo_m) / delta - 1).clamp(0, f - 1).to(x.device)
     lo = pos.floor().long()
     hi = (lo + 1).clamp_max(f - 1)
     frac = (pos - lo).to(x.dtype).unsqueeze(1)  # (B, 1, F)
