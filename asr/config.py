@@ -47,6 +47,7 @@ class ModelConfig:
     dropout: float = 0.1
     frontend: str = "linear"  # "linear" (stack frames + Linear) or "conv2d" (two stride-2 3x3 convs)
     stack: int = 4  # frames stacked by the linear frontend (its subsampling factor)
+    conv_channels: int = 0  # channels of the conv2d frontend's convolutions; 0: d_model (ESPnet, WeNet)
     utterance_cmn: bool = False  # after global CMVN, subtract each utterance's own mean (gain/channel invariance)
     norm: str = "pre"  # "pre" (LayerNorm before each block) or "post" (the original Transformer)
     vocab_size: int = 0  # 0: taken from the tokenizer at training start
@@ -58,7 +59,7 @@ class ModelConfig:
         _check(self.norm in ("pre", "post"), prefix, "norm", "'pre' or 'post'", self.norm)
         for k in ("input_dim", "d_model", "heads", "ffn_dim", "stack"):
             _check(getattr(self, k) >= 1, prefix, k, "a positive integer", getattr(self, k))
-        for k in ("encoder_layers", "decoder_layers", "vocab_size"):
+        for k in ("encoder_layers", "decoder_layers", "vocab_size", "conv_channels"):
             _check(getattr(self, k) >= 0, prefix, k, "an integer >= 0", getattr(self, k))
         _check(self.d_model % self.heads == 0, prefix, "d_model", f"a multiple of heads={self.heads}", self.d_model)
         _check(0.0 <= self.dropout < 1.0, prefix, "dropout", "a value in [0, 1)", self.dropout)

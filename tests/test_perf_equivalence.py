@@ -110,14 +110,17 @@ def _nchw_reference(fe, x: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("mode", ["fp32", "bf16", "inference"])
 @pytest.mark.parametrize("frames", [200, 37, 7])
-def test_conv2d_frontend_cpu_paths_match_nchw_reference(mode, frames):
+@pytest.mark.parametrize("channels", [0, 24])
+def test_conv2d_frontend_cpu_paths_match_nchw_reference(mode, frames, channels):
     """On CPU the frontend computes the same function another way (patch GEMM, channels-last, and in
     fp32 training a hand-written backward): outputs and gradients equal the NCHW reference's, to
-    float32 rounding (bf16 rounding under autocast)."""
+    float32 rounding (bf16 rounding under autocast), with as many convolution channels as d_model
+    (0) or fewer."""
     from asr.model.frontend import Conv2dFrontend
 
     torch.manual_seed(0)
-    fe = Conv2dFrontend(80, 64)
+    fe = Conv2dFrontend(80, 64, channels)
+    assert fe.conv[2].weight.shape == (channels or 64, channels or 64, 3, 3)
     x = torch.randn(3, frames, 80)
     lens = torch.tensor([frames, max(7, frames - 5), 7])
     results = []

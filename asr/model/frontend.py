@@ -44,15 +44,16 @@ class Conv2dFrontend(nn.Module):
     utterance for t < output length, so padding never reaches a real output frame.
     """
 
-    def __init__(self, input_dim: int, d_model: int):
+    def __init__(self, input_dim: int, d_model: int, channels: int = 0):
         super().__init__()
+        c = channels or d_model
         self.conv = nn.Sequential(
-            nn.Conv2d(1, d_model, 3, 2),
+            nn.Conv2d(1, c, 3, 2),
             nn.ReLU(inplace=True),  # conv outputs are not needed for backward
-            nn.Conv2d(d_model, d_model, 3, 2),
+            nn.Conv2d(c, c, 3, 2),
             nn.ReLU(inplace=True),  # conv outputs are not needed for backward
         )
-        self.proj = Linear(d_model * (((input_dim - 1) // 2 - 1) // 2), d_model)
+        self.proj = Linear(c * (((input_dim - 1) // 2 - 1) // 2), d_model)
 
     @property
     def min_input_frames(self) -> int:
@@ -140,9 +141,9 @@ class _ConvStackChannelsLast(torch.autograd.Function):
         return None, gw1, gh_rows.sum(0), gw2.contiguous(), gb2
 
 
-def build_frontend(kind: str, input_dim: int, d_model: int, stack: int) -> nn.Module:
+def build_frontend(kind: str, input_dim: int, d_model: int, stack: int, conv_channels: int = 0) -> nn.Module:
     if kind == "linear":
         return LinearStackFrontend(input_dim, d_model, stack)
     if kind == "conv2d":
-        return Conv2dFrontend(input_dim, d_model)
+        return Conv2dFrontend(input_dim, d_model, conv_channels)
     raise ValueError(f"model.frontend: expected 'linear' or 'conv2d', got {kind!r}")
