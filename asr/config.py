@@ -21,6 +21,7 @@ __all__ = [
     "ModelConfig",
     "DataConfig",
     "SpecAugmentConfig",
+    "NoiseConfig",
     "TrainConfig",
     "DecodeConfig",
     "Config",
@@ -79,12 +80,33 @@ class SpecAugmentConfig:
     time_width: float = 0.05  # < 1: share of the utterance's frames; >= 1: frames
     time_warp: int = 0  # maximum warp in frames; 0 disables it
     freq_warp: float = 0.0  # VTLP: formants moved by up to this share (0.1: x0.9-1.1); 0 disables it
+    tempo: float = 0.0  # local tempo: each piece played at a rate in [1/(1+w), 1+w] (lengths change); 0: off
+    tempo_span: int = 40  # frames per tempo piece
 
     def validate(self, prefix: str = "data.specaugment") -> None:
         for k in ("freq_masks", "freq_width", "time_masks", "time_warp"):
             _check(getattr(self, k) >= 0, prefix, k, "an integer >= 0", getattr(self, k))
+        _check(0 <= self.tempo < 1, prefix, "tempo", "a value in [0, 1)", self.tempo)
+        _check(self.tempo_span >= 1, prefix, "tempo_span", "a positive integer", self.tempo_span)
         _check(self.time_width >= 0, prefix, "time_width", "a value >= 0", self.time_width)
         _check(0 <= self.freq_warp < 0.5, prefix, "freq_warp", "a value in [0, 0.5)", self.freq_warp)
+
+
+@dataclass
+class NoiseConfig:
+    """Synthetic stationary background noise added to the fbank (power domain), training only."""
+
+    prob: float = 0.0  # share of utterances that get noise; 0: off
+    snr_min: float = 5.0  # dB against the utterance's mean power
+    snr_max: float = 30.0
+    tilt_db: float = 20.0  # colour: the spectrum slopes by U[-tilt_db, tilt_db] dB from lowest to highest band
+    peak_db: float = 20.0  # plus one narrow band (hum, whine) raised by U[0, peak_db] dB at a random place
+
+    def validate(self, prefix: str = "data.noise") -> None:
+        _check(0.0 <= self.prob <= 1.0, prefix, "prob", "a value in [0, 1]", self.prob)
+        _check(self.snr_min <= self.snr_max, prefix, "snr_max", f">= snr_min={self.snr_min}", self.snr_max)
+        for k in ("tilt_db", "peak_db"):
+            _check(getattr(self, k) >= 0, prefix, k, "a value >= 0", getattr(self, k))
 
 
 @dataclass
@@ -105,6 +127,7 @@ class DataConfig:
     num_buckets: int = 30
     speed_perturb: list[float] = field(default_factory=list)  # e.g. [0.9, 1.0, 1.1]; empty: off
     specaugment: SpecAugmentConfig | None = field(default_factory=SpecAugmentConfig)
+    noise: NoiseConfig = field(default_factory=NoiseConfig)
     num_workers: int = 2
     cache_features: bool = False  # keep each utterance's fbank (per speed factor) in memory: small corpora
     max_skip_ratio: float = 0.01  # an epoch fails when more than this share of files is unreadable
@@ -125,6 +148,7 @@ class DataConfig:
         _check(0.0 <= self.max_skip_ratio <= 1.0, prefix, "max_skip_ratio", "a value in [0, 1]", self.max_skip_ratio)
         if self.specaugment is not None:
             self.specaugment.validate(f"{prefix}.specaugment")
+        self.noise.validate(f"{prefix}.noise")
 
 
 @dataclass

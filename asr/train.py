@@ -373,7 +373,7 @@ def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str
 def _train(cfg: Config, exp: Path, resume: bool, env: DistEnv) -> dict[str, Any]:
     from tqdm import tqdm
 
-    from .data.dataset import check_skip_ratio, spec_augment
+    from .data.dataset import add_noise, check_skip_ratio, spec_augment, tempo_perturb
     from .data.sampler import DynamicBucketSampler
     from .model import ASRModel
     from .model.cmvn import CMVNStats
@@ -584,9 +584,14 @@ def _train(cfg: Config, exp: Path, resume: bool, env: DistEnv) -> dict[str, Any]
                     if b:
                         batch = batch.to(env.device, non_blocking=True)
                         feats, feat_lens, toks, tok_lens = batch.feats, batch.feat_lens, batch.tokens, batch.token_lens
-                        if cfg.data.specaugment is not None:
+                        sa = cfg.data.specaugment
+                        if sa is not None and sa.tempo > 0:
+                            feats, feat_lens = tempo_perturb(feats, feat_lens, sa.tempo, sa.tempo_span, specaug_gen)
+                        if cfg.data.noise.prob > 0:
+                            feats = add_noise(feats, feat_lens, cfg.data.noise, cfg.data.sample_rate, specaug_gen)
+                        if sa is not None:
                             feats = spec_augment(
-                                feats, feat_lens, cfg.data.specaugment, specaug_gen, cfg.data.sample_rate
+                                feats, feat_lens, sa, specaug_gen, cfg.data.sample_rate
                             )
                     else:
                         feats, feat_lens, toks, tok_lens = dummy_batch(raw_model, env.device)

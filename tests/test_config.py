@@ -36,6 +36,8 @@ def test_overrides_and_roundtrip(tmp_path):
         (["model.d_model=100", "model.heads=3"], r"model\.d_model: expected a multiple of heads=3"),
         (["train.lr=-1"], r"train\.lr: expected a positive number"),
         (["data.specaugment.freq_masks=-1"], r"data\.specaugment\.freq_masks"),
+        (["data.specaugment.tempo=1.5"], r"data\.specaugment\.tempo: expected a value in \[0, 1\)"),
+        (["data.noise.prob=2"], r"data\.noise\.prob: expected a value in \[0, 1\]"),
         (["nosection.x=1"], r"nosection: unknown key"),
         (["train.lr"], r"expected KEY=VALUE"),
         (["data.cache_features=true", "data.num_workers=2"], r"data\.num_workers: expected 0 when cache_features"),

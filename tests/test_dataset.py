@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 
 import pytest
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader
 
 from asr.audio import fbank, fbank_batch, load_audio
 from asr.cli import main
-from asr.config import ConfigError, DataConfig, ModelConfig, SpecAugmentConfig
+from asr.config import ConfigError, DataConfig, ModelConfig, NoiseConfig, SpecAugmentConfig
 from asr.data.dataset import (
     ASRDataset,
     DataError,
+    add_noise,
     check_skip_ratio,
     collate,
     compute_cmvn_stats,
@@ -23,6 +26,7 @@ from asr.data.dataset import (
     filter_records,
     freq_warp,
     spec_augment,
+    tempo_perturb,
 )
 from asr.data.librispeech import prepare_librispeech
 from asr.data.manifest import read_manifest, write_manifest
@@ -312,6 +316,88 @@ def test_freq_warp_moves_a_tone_like_a_higher_tone() -> None:
         got = y[k, 50]
         assert int(got.argmax()) == int(want.argmax()) != int(x[0, 50].argmax())
         assert torch.corrcoef(torch.stack([got, want]))[0, 1] > 0.97
+
+
+def _ramp(lens: list[int], f: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    """Frame t of each utterance holds the value t + 1 in every bin (0 in the padding)."""
+    lens_t = torch.tensor(lens)
+    t = torch.arange(max(lens), dtype=torch.float32) + 1
+    x = (t.view(1, -1, 1) * (t.view(1, -1) <= lens_t.unsqueeze(1)).unsqueeze(-1)).expand(-1, -1, f)
+    return x.contiguous(), lens_t
+
+
+def test_tempo_perturb_stretches_each_piece_by_its_own_rate() -> None:
+    x, lens = _ramp([200, 120, 37])
+    w, span = 0.5, 40
+    y, new = tempo_perturb(x, lens, w, span, torch.Generator().manual_seed(0))
+    assert torch.equal(x, _ramp([200, 120, 37])[0])  # input untouched
+    assert y.shape[1] == int(new.max()) and y.shape[2] == x.shape[2]
+    slopes = []
+    for k, (n, m) in enumerate(zip(lens.tolist(), new.tolist(), strict=True)):
+        assert n / (1 + w) - 1 <= m <= n * (1 + w) + 1
+        src = y[k, :m, 0] - 1  # the input frame each output frame was read at
+        assert src[0] == 0 and n - 1 - (1 + w) <= src[-1] <= n - 1
+        assert not y[k, m:].any()  # padding stays zero
+        step = src.diff()
+        assert (step >= 0).all() and (step <= 1 + w + 1e-4).all()  # monotone, rate-bounded
+        step = step[:-1]  # the last frame is held at the utterance's end
+        assert (step >= 1 / (1 + w) - 1e-4).all()
+        slopes += step.tolist()
+    assert max(slopes) / min(slopes) > 1.5  # pieces get different rates
+    # one piece (span >= length): one rate over the whole utterance, a uniform stretch
+    y1, new1 = tempo_perturb(x[:1], lens[:1], w, 1000, torch.Generator().manual_seed(1))
+    step1 = y1[0, : int(new1[0]), 0].diff()
+    assert torch.allclose(step1, step1[0].expand_as(step1), atol=1e-4)
+    assert abs(int(new1[0]) - 200 / float(step1[0])) <= 1
+
+
+def test_tempo_perturb_is_reproducible_and_off_at_zero() -> None:
+    x, lens = _batch([90, 64, 20], f=8)
+    a = tempo_perturb(x, lens, 0.3, 16, torch.Generator().manual_seed(5))
+    b = tempo_perturb(x, lens, 0.3, 16, torch.Generator().manual_seed(5))
+    c = tempo_perturb(x, lens, 0.3, 16, torch.Generator().manual_seed(6))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[1], c[1])
+    y, n = tempo_perturb(x, lens, 0.0, 16)
+    assert torch.equal(y, x) and torch.equal(n, lens)
+    with pytest.raises(ConfigError, match="tempo"):
+        SpecAugmentConfig(tempo=1.0).validate()
+    with pytest.raises(ConfigError, match="tempo_span"):
+        SpecAugmentConfig(tempo_span=0).validate()
+
+
+def test_add_noise_adds_power_at_the_drawn_snr(data_root) -> None:
+    wavs = [load_audio(p, 8000) for p in sorted((data_root / "fsdd" / "recordings").glob("*_lucas_1.wav"))[:4]]
+    x = pad_sequence(fbank_batch(wavs, 8000, 40), batch_first=True)
+    lens = torch.tensor([len(w) // 80 - 1 for w in wavs])
+    cfg = NoiseConfig(prob=1.0, snr_min=12.0, snr_max=12.0)
+    y = add_noise(x, lens, cfg, 8000, torch.Generator().manual_seed(0))
+    for k, n in enumerate(lens.tolist()):
+        added = y[k, :n].exp() - x[k, :n].exp()
+        assert (added > 0).all()  # power only added, never removed
+        snr = 10 * torch.log10(x[k, :n].exp().mean() / added.mean())
+        assert abs(float(snr) - 12.0) < 0.01
+        assert torch.equal(y[k, n:], x[k, n:])  # padding as it was
+    again = add_noise(x, lens, cfg, 8000, torch.Generator().manual_seed(0))
+    assert torch.equal(again, y)
+    assert torch.equal(add_noise(x, lens, NoiseConfig(prob=0.0), 8000), x)
+
+
+def test_add_noise_draws_colour_and_share_per_utterance() -> None:
+    b, t, f = 32, 200, 40
+    x = torch.full((b, t, f), -30.0)
+    lens = torch.full((b,), t)
+    y = add_noise(x, lens, NoiseConfig(prob=0.5, tilt_db=20.0, peak_db=0.0), 8000, torch.Generator().manual_seed(3))
+    touched = (y != x).flatten(1).any(1)
+    assert 6 <= int(touched.sum()) <= 26  # about half
+    added = y[touched].exp() - x[touched].exp()  # (n, T, F) the noise's power
+    band_db = 10 / math.log(10) * added.mean(1).log()  # (n, F) its mean power per band, dB
+    slope = band_db[:, -8:].mean(1) - band_db[:, :8].mean(1)
+    assert slope.max() - slope.min() > 10  # tilted both ways: white noise recoloured per utterance
+    frames = added[:, :, 20].log()
+    assert (frames.std(1) > 0.2).all()  # each band fluctuates frame to frame, as noise does
+    with pytest.raises(ConfigError, match=r"data\.noise\.snr_max"):
+        DataConfig(noise=NoiseConfig(snr_min=10, snr_max=5)).validate()
 
 
 def test_spec_augment_freq_warp_draws_per_utterance_and_needs_the_sample_rate() -> None:

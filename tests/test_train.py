@@ -251,7 +251,7 @@ def test_train_leaves_only_the_process_group_it_joined(corpus, tmp_path, monkeyp
 
 
 def _kill_config(tmp_path, corpus) -> Path:
-    """Dropout, SpecAugment, speed perturbation and a worker process: every RNG matters on resume."""
+    """Dropout, SpecAugment, tempo, noise, speed perturbation and a worker process: every RNG matters on resume."""
     return write_config(
         tmp_path / "c.yaml",
         corpus,
@@ -261,7 +261,8 @@ def _kill_config(tmp_path, corpus) -> Path:
             "num_workers": 1,
             "max_utterances": 1,  # 8 steps an epoch: room to land the kill mid-epoch
             "speed_perturb": [0.9, 1.0, 1.1],
-            "specaugment": {"freq_masks": 2, "freq_width": 10, "time_masks": 2, "time_width": 0.05},
+            "specaugment": {"freq_masks": 2, "freq_width": 10, "time_masks": 2, "time_width": 0.05, "tempo": 0.3},
+            "noise": {"prob": 0.5},
         },
         train={"epochs": 3, "checkpoint_interval": 2, "keep_last": 10},
     )

@@ -3,7 +3,8 @@
 One utterance (in a DataLoader worker): load (offset/end) -> speed perturbation (training) ->
 Kaldi fbank (``asr.audio.fbank_batch``: float32 with float64 fix-ups, within 2e-3 of ``fbank`` and
 about 3x faster; dither in training) -> normalise and tokenize the text. ``collate`` pads a list of
-utterances into a :class:`Batch`; ``spec_augment`` masks a batch (training only, on any device).
+utterances into a :class:`Batch`; ``tempo_perturb``, ``add_noise`` and ``spec_augment`` change a
+batch (training only, on any device).
 Everything random is a pure function of (seed, epoch, utterance) or of an explicit generator, so a
 resumed run sees the same data.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -26,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from ..audio import MEL_LOW_FREQ, AudioError, fbank_batch, load_audio, num_frames, speed_perturb
-from ..config import DataConfig, SpecAugmentConfig
+from ..config import DataConfig, NoiseConfig, SpecAugmentConfig
 from ..text import Tokenizer, normalize
 
 __all__ = [
@@ -35,6 +37,8 @@ __all__ = [
     "DataError",
     "collate",
     "spec_augment",
+    "tempo_perturb",
+    "add_noise",
     "filter_records",
     "check_skip_ratio",
     "ctc_min_frames",
@@ -235,12 +239,51 @@ def _time_warp(
     src = torch.where(pos < w, pos * c / w, c + (pos - w) * (L - 1 - c) / (L - 1 - w).clamp_min(1))  # (B, T)
     inside = ok.unsqueeze(1) & (pos < lens.unsqueeze(1))
     src = torch.where(inside, src, pos)
+    return _read_at(x, src, lens)
+
+
+def _read_at(x: torch.Tensor, src: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+    """Frames of ``x`` (B, T, F) read at fractional positions ``src`` (B, T'), linearly interpolated
+    between neighbours inside each utterance's ``lens`` (B,): (B, T', F)."""
+    t = x.shape[1]
     lo = src.floor().long().clamp(0, t - 1)
     hi = torch.minimum(lo + 1, (lens.unsqueeze(1) - 1).clamp_min(0)).clamp(0, t - 1)
-    frac = (src - lo.float()).clamp(0, 1).unsqueeze(-1)  # (B, T, 1)
-    idx_lo = lo.unsqueeze(-1).expand_as(x)
-    idx_hi = hi.unsqueeze(-1).expand_as(x)
-    return x.gather(1, idx_lo) * (1 - frac) + x.gather(1, idx_hi) * frac
+    frac = (src - lo.float()).clamp(0, 1).unsqueeze(-1)  # (B, T', 1)
+    shape = (*src.shape, x.shape[2])
+    return x.gather(1, lo.unsqueeze(-1).expand(shape)) * (1 - frac) + x.gather(1, hi.unsqueeze(-1).expand(shape)) * frac
+
+
+def tempo_perturb(
+    feats: torch.Tensor, feat_lens: torch.Tensor, max_change: float, span: int, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Local tempo perturbation of a padded batch (B, T, F): returns new features and lengths.
+
+    Each utterance is cut into pieces of ``span`` frames and each piece is played at its own rate,
+    drawn log-uniformly in [1 / (1 + max_change), 1 + max_change] (> 1: faster, fewer frames), with
+    the time axis stretched piecewise linearly and frames linearly interpolated. Speed perturbation
+    moves tempo and pitch together and by one factor per utterance; speakers differ far more in how
+    long they hold each word (in FSDD one speaker's SIX lasts 2.6 times another's), and this varies
+    the durations word by word with the spectrum left alone. Padding frames are never read.
+    """
+    b, t, f = feats.shape
+    dev = feats.device
+    lens = feat_lens.to(dev)
+    if b == 0 or t == 0 or max_change <= 0:
+        return feats.clone(), lens.clone()
+    k = -(-t // span)
+    u = _uniform((b, k), generator, dev)
+    rate = torch.exp((2 * u - 1) * math.log1p(max_change))  # (B, K)
+    edges = torch.arange(k + 1, device=dev, dtype=torch.float32) * span
+    src_knots = torch.minimum(edges.unsqueeze(0), lens.unsqueeze(1).float())  # (B, K + 1) piece edges in input
+    dur = src_knots.diff(dim=1) / rate  # output frames per piece (0 past the end)
+    out_knots = torch.cat([torch.zeros(b, 1, device=dev), dur.cumsum(1)], dim=1)
+    new_lens = torch.where(lens > 0, out_knots[:, -1].round().long().clamp_min(1), 0)
+    pos = torch.arange(int(new_lens.max()), device=dev, dtype=torch.float32).expand(b, -1).contiguous()
+    piece = (torch.searchsorted(out_knots.contiguous(), pos, right=True) - 1).clamp(0, k - 1)  # (B, T')
+    src = src_knots.gather(1, piece) + (pos - out_knots.gather(1, piece)) * rate.gather(1, piece)
+    src = torch.minimum(src, (lens.unsqueeze(1) - 1).clamp_min(0).float())
+    y = _read_at(feats, src, lens)
+    return y.masked_fill((pos >= new_lens.unsqueeze(1)).unsqueeze(-1), 0.0), new_lens
 
 
 def freq_warp(x: torch.Tensor, alpha: torch.Tensor, sample_rate: int) -> torch.Tensor:
@@ -268,6 +311,64 @@ def freq_warp(x: torch.Tensor, alpha: torch.Tensor, sample_rate: int) -> torch.T
     frac = (pos - lo).to(x.dtype).unsqueeze(1)  # (B, 1, F)
     lo, hi = lo.unsqueeze(1).expand(b, t, f), hi.unsqueeze(1).expand(b, t, f)
     return x.gather(2, lo) * (1 - frac) + x.gather(2, hi) * frac
+
+
+_WHITE_FBANK: dict[tuple[int, int], torch.Tensor] = {}
+DB = math.log(10) / 10  # one decibel of power in nats (fbank is the natural log of power)
+
+
+def _white_fbank(sample_rate: int, num_mel_bins: int) -> torch.Tensor:
+    """Kaldi fbank of 20 s of white noise (seed fixed), shifted so that its mean power is 1: (2000, F)."""
+    key = (sample_rate, num_mel_bins)
+    if key not in _WHITE_FBANK:
+        g = torch.Generator().manual_seed(0)
+        f = fbank_batch([0.1 * torch.randn(20 * sample_rate, generator=g)], sample_rate, num_mel_bins)[0]
+        _WHITE_FBANK[key] = f - f.exp().mean().log()
+    return _WHITE_FBANK[key]
+
+
+def add_noise(
+    feats: torch.Tensor,
+    feat_lens: torch.Tensor,
+    cfg: NoiseConfig,
+    sample_rate: int,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Stationary noise of random colour added to a padded batch of Kaldi fbank (B, T, F) in the
+    power domain: ``log(exp(x) + exp(n))``, exact in expectation for independent noise.
+
+    Each utterance, with probability ``cfg.prob``, gets white noise's own fbank (so each band
+    fluctuates frame to frame as real noise does), its spectrum tilted by U[-tilt, tilt] dB from the
+    lowest to the highest band and one narrow band (a Gaussian 1-3 bands wide; hum, a fan's whine)
+    raised by U[0, peak] dB, scaled to an SNR of U[snr_min, snr_max] dB against the utterance's mean
+    power over its frames. Recordings differ in noise floor and colour far more than a few training
+    speakers show (in FSDD one speaker records at about 17 dB SNR, another with a hum); utterance CMN
+    removes a channel's gain and colour but not an additive floor. Padding frames stay as they are.
+    Returns a new tensor.
+    """
+    b, t, f = feats.shape
+    dev = feats.device
+    if b == 0 or t == 0 or cfg.prob <= 0:
+        return feats.clone()
+    lens = feat_lens.to(dev)
+    bank = _white_fbank(sample_rate, f).to(dev)
+    u = _uniform((b, 7), generator, dev)
+    bands = torch.arange(f, device=dev, dtype=torch.float32) / max(f - 1, 1)  # (F,) in [0, 1]
+    tilt = (2 * u[:, 1:2] - 1) * cfg.tilt_db * (bands - 0.5)  # (B, F) dB
+    width = 1 + 2 * u[:, 2:3]
+    peak = cfg.peak_db * u[:, 3:4] * torch.exp(-0.5 * ((bands * (f - 1) - u[:, 4:5] * (f - 1)) / width) ** 2)
+    shape = (tilt + peak) * DB  # (B, F) nats
+    rows = ((u[:, 5:6] * bank.shape[0]).long() + torch.arange(t, device=dev)) % bank.shape[0]  # (B, T)
+    noise = bank[rows] + shape.unsqueeze(1)  # (B, T, F), before the level
+    valid = (torch.arange(t, device=dev).unsqueeze(0) < lens.unsqueeze(1)).unsqueeze(-1)  # (B, T, 1)
+    count = (lens.clamp_min(1) * f).float().log()
+    speech = torch.where(valid, feats, -torch.inf).flatten(1).logsumexp(1) - count  # (B,) log mean power
+    floor = torch.where(valid, noise, -torch.inf).flatten(1).logsumexp(1) - count
+    snr = cfg.snr_min + (cfg.snr_max - cfg.snr_min) * u[:, 6]
+    level = speech - floor - snr * DB  # (B,)
+    noisy = torch.logaddexp(feats, noise + level.view(b, 1, 1))
+    pick = (u[:, 0] < cfg.prob).view(b, 1, 1) & valid & (lens > 0).view(b, 1, 1)
+    return torch.where(pick, noisy, feats)
 
 
 def _band_mask(
