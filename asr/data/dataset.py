@@ -313,17 +313,18 @@ def freq_warp(x: torch.Tensor, alpha: torch.Tensor, sample_rate: int) -> torch.T
     return x.gather(2, lo) * (1 - frac) + x.gather(2, hi) * frac
 
 
-_WHITE_FBANK: dict[tuple[int, int], torch.Tensor] = {}
+_WHITE_FBANK: dict[tuple[int, int, torch.device], torch.Tensor] = {}
 DB = math.log(10) / 10  # one decibel of power in nats (fbank is the natural log of power)
 
 
-def _white_fbank(sample_rate: int, num_mel_bins: int) -> torch.Tensor:
-    """Kaldi fbank of 20 s of white noise (seed fixed), shifted so that its mean power is 1: (2000, F)."""
-    key = (sample_rate, num_mel_bins)
+def _white_fbank(sample_rate: int, num_mel_bins: int, device: torch.device) -> torch.Tensor:
+    """Kaldi fbank of 20 s of white noise (seed fixed), shifted so that its mean power is 1: (2000, F),
+    computed once per (rate, bins) and kept on ``device``."""
+    key = (sample_rate, num_mel_bins, device)
     if key not in _WHITE_FBANK:
         g = torch.Generator().manual_seed(0)
         f = fbank_batch([0.1 * torch.randn(20 * sample_rate, generator=g)], sample_rate, num_mel_bins)[0]
-        _WHITE_FBANK[key] = f - f.exp().mean().log()
+        _WHITE_FBANK[key] = (f - f.exp().mean().log()).to(device)
     return _WHITE_FBANK[key]
 
 
@@ -351,12 +352,12 @@ def add_noise(
     if b == 0 or t == 0 or cfg.prob <= 0:
         return feats.clone()
     lens = feat_lens.to(dev)
-    bank = _white_fbank(sample_rate, f).to(dev)
+    bank = _white_fbank(sample_rate, f, dev)
     u = _uniform((b, 7), generator, dev)
-    bands = torch.arange(f, device=dev, dtype=torch.float32) / max(f - 1, 1)  # (F,) in [0, 1]
-    tilt = (2 * u[:, 1:2] - 1) * cfg.tilt_db * (bands - 0.5)  # (B, F) dB
+    band = torch.arange(f, device=dev, dtype=torch.float32)  # (F,)
+    tilt = (2 * u[:, 1:2] - 1) * cfg.tilt_db * (band / max(f - 1, 1) - 0.5)  # (B, F) dB
     width = 1 + 2 * u[:, 2:3]
-    peak = cfg.peak_db * u[:, 3:4] * torch.exp(-0.5 * ((bands * (f - 1) - u[:, 4:5] * (f - 1)) / width) ** 2)
+    peak = cfg.peak_db * u[:, 3:4] * torch.exp(-0.5 * ((band - u[:, 4:5] * (f - 1)) / width) ** 2)
     shape = (tilt + peak) * DB  # (B, F) nats
     rows = ((u[:, 5:6] * bank.shape[0]).long() + torch.arange(t, device=dev)) % bank.shape[0]  # (B, T)
     noise = bank[rows] + shape.unsqueeze(1)  # (B, T, F), before the level
@@ -367,7 +368,7 @@ def add_noise(
     snr = cfg.snr_min + (cfg.snr_max - cfg.snr_min) * u[:, 6]
     level = speech - floor - snr * DB  # (B,)
     noisy = torch.logaddexp(feats, noise + level.view(b, 1, 1))
-    pick = (u[:, 0] < cfg.prob).view(b, 1, 1) & valid & (lens > 0).view(b, 1, 1)
+    pick = (u[:, 0] < cfg.prob).view(b, 1, 1) & valid
     return torch.where(pick, noisy, feats)
 
 
