@@ -30,8 +30,9 @@ def run_info(args: argparse.Namespace) -> int:
         cfg.model.vocab_size = args.vocab_size
     model = ASRModel(cfg.model)
     m = cfg.model
+    stack = m.stack if m.frontend == "linear" else m.conv_stack
     print(
-        f"frontend={m.frontend} stack={m.stack} d_model={m.d_model} heads={m.heads} ffn={m.ffn_dim} "
+        f"frontend={m.frontend} stack={stack} d_model={m.d_model} heads={m.heads} ffn={m.ffn_dim} "
         f"encoder_layers={m.encoder_layers} decoder_layers={m.decoder_layers} norm={m.norm} vocab={m.vocab_size}"
     )
     print(f"parameters: {model.num_parameters():,}")

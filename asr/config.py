@@ -49,6 +49,7 @@ class ModelConfig:
     frontend: str = "linear"  # "linear" (stack frames + Linear) or "conv2d" (two stride-2 3x3 convs)
     stack: int = 4  # frames stacked by the linear frontend (its subsampling factor)
     conv_channels: int = 0  # channels of the conv2d frontend's convolutions; 0: d_model (ESPnet, WeNet)
+    conv_stack: int = 1  # conv2d output frames stacked before its Linear: 2 gives 8x subsampling (80 ms frames)
     utterance_cmn: bool = False  # after global CMVN, subtract each utterance's own mean (gain/channel invariance)
     norm: str = "pre"  # "pre" (LayerNorm before each block) or "post" (the original Transformer)
     vocab_size: int = 0  # 0: taken from the tokenizer at training start
@@ -58,7 +59,7 @@ class ModelConfig:
     def validate(self, prefix: str = "model") -> None:
         _check(self.frontend in ("linear", "conv2d"), prefix, "frontend", "'linear' or 'conv2d'", self.frontend)
         _check(self.norm in ("pre", "post"), prefix, "norm", "'pre' or 'post'", self.norm)
-        for k in ("input_dim", "d_model", "heads", "ffn_dim", "stack"):
+        for k in ("input_dim", "d_model", "heads", "ffn_dim", "stack", "conv_stack"):
             _check(getattr(self, k) >= 1, prefix, k, "a positive integer", getattr(self, k))
         for k in ("encoder_layers", "decoder_layers", "vocab_size", "conv_channels"):
             _check(getattr(self, k) >= 0, prefix, k, "an integer >= 0", getattr(self, k))

@@ -26,11 +26,12 @@ def small_model(frontend="linear", norm="pre", vocab=23, **kw) -> ASRModel:
     return model
 
 
-@pytest.mark.parametrize("frontend", ["linear", "conv2d"])
+@pytest.mark.parametrize("frontend", ["linear", "conv2d", "conv2d8"])
 @pytest.mark.parametrize("norm", ["pre", "post"])
 @pytest.mark.parametrize("utterance_cmn", [False, True])
 def test_padding_invariance(frontend, norm, utterance_cmn):
-    model = small_model(frontend, norm, utterance_cmn=utterance_cmn)
+    kw = {"conv_stack": 2} if frontend == "conv2d8" else {}
+    model = small_model(frontend.removesuffix("8"), norm, utterance_cmn=utterance_cmn, **kw)
     t_short, t_long = 37, 111  # beside an utterance three times longer
     short = torch.randn(1, t_short, 80)
     batch = torch.randn(2, t_long, 80) * 3.0 + 1.0  # padding filled with garbage, not zeros
@@ -54,14 +55,18 @@ def test_padding_invariance(frontend, norm, utterance_cmn):
     assert d_enc <= TOL and d_ctc <= TOL and d_dec <= TOL
 
 
-@pytest.mark.parametrize("frontend,lens", [("linear", [4, 5, 7, 8, 9]), ("conv2d", [7, 8, 10, 11, 15])])
-def test_frontend_output_lengths_are_exact(frontend, lens):
-    model = small_model(frontend)
+@pytest.mark.parametrize(
+    "frontend,conv_stack,lens,min_frames",
+    [("linear", 1, [4, 5, 7, 8, 9], 4), ("conv2d", 1, [7, 8, 10, 11, 15], 7), ("conv2d", 2, [11, 12, 14, 18, 19], 11)],
+)
+def test_frontend_output_lengths_are_exact(frontend, conv_stack, lens, min_frames):
+    model = small_model(frontend, conv_stack=conv_stack)
     for t in lens:
         x = torch.randn(1, t, 80)
         out, out_lens = model.frontend(x, torch.tensor([t]))
         assert out.shape[1] == int(out_lens[0]) >= 1
-    assert model.min_input_frames == (4 if frontend == "linear" else 7)
+    assert model.min_input_frames == min_frames
+    assert int(model.frontend.output_lengths(torch.tensor([min_frames - 1]))[0]) == 0
 
 
 def test_decoder_is_causal():

@@ -105,24 +105,26 @@ def _nchw_reference(fe, x: torch.Tensor) -> torch.Tensor:
     """What Conv2dFrontend computes off CPU: nn.Conv2d in NCHW, plain ReLU, then its projection."""
     c1, _, c2, _ = fe.conv
     y = nn.functional.relu(c2(nn.functional.relu(c1(x.unsqueeze(1)))))  # (B, C, T', F')
-    return fe.proj(y.transpose(1, 2).flatten(2))
+    y = y.transpose(1, 2).flatten(2)  # (B, T', C * F')
+    s = fe.stack  # the stacked frames' vectors side by side
+    return fe.proj(y[:, : y.shape[1] // s * s].reshape(y.shape[0], -1, s * y.shape[2]))
 
 
 @pytest.mark.parametrize("mode", ["fp32", "bf16", "inference"])
-@pytest.mark.parametrize("frames", [200, 37, 7])
-@pytest.mark.parametrize("channels", [0, 24])
-def test_conv2d_frontend_cpu_paths_match_nchw_reference(mode, frames, channels):
+@pytest.mark.parametrize("frames", [200, 37, 11])
+@pytest.mark.parametrize("channels,stack", [(0, 1), (24, 1), (24, 2)])
+def test_conv2d_frontend_cpu_paths_match_nchw_reference(mode, frames, channels, stack):
     """On CPU the frontend computes the same function another way (patch GEMM, channels-last, and in
     fp32 training a hand-written backward): outputs and gradients equal the NCHW reference's, to
     float32 rounding (bf16 rounding under autocast), with as many convolution channels as d_model
-    (0) or fewer."""
+    (0) or fewer, and with two convolution frames stacked (8x subsampling)."""
     from asr.model.frontend import Conv2dFrontend
 
     torch.manual_seed(0)
-    fe = Conv2dFrontend(80, 64, channels)
+    fe = Conv2dFrontend(80, 64, channels, stack)
     assert fe.conv[2].weight.shape == (channels or 64, channels or 64, 3, 3)
     x = torch.randn(3, frames, 80)
-    lens = torch.tensor([frames, max(7, frames - 5), 7])
+    lens = torch.tensor([frames, max(11, frames - 5), 11])
     results = []
     for fn in (lambda: fe(x, lens)[0], lambda: _nchw_reference(fe, x)):
         fe.zero_grad()
@@ -133,7 +135,7 @@ def test_conv2d_frontend_cpu_paths_match_nchw_reference(mode, frames, channels):
             (y.float() * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
         results.append((y.float().detach(), [p.grad for p in fe.parameters()]))
     (y, grads), (y_ref, grads_ref) = results
-    assert y.shape == (3, (((frames - 1) // 2 - 1) // 2), 64)
+    assert y.shape == (3, (((frames - 1) // 2 - 1) // 2) // stack, 64)
     tol = 0.02 if mode == "bf16" else 1e-5
     torch.testing.assert_close(y, y_ref, atol=tol, rtol=tol)
     grad_tol = 0.02 if mode == "bf16" else 1e-4  # fp32: a ReLU input that rounds to the other side of 0

@@ -38,7 +38,9 @@ class ASRModel(nn.Module):
         self.sos_id = self.eos_id = cfg.vocab_size - 1
         pre = cfg.norm == "pre"
         self.cmvn = GlobalCMVN(cfg.input_dim)
-        self.frontend = build_frontend(cfg.frontend, cfg.input_dim, cfg.d_model, cfg.stack, cfg.conv_channels)
+        self.frontend = build_frontend(
+            cfg.frontend, cfg.input_dim, cfg.d_model, cfg.stack, cfg.conv_channels, cfg.conv_stack
+        )
         self.encoder = Encoder(cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.encoder_layers, cfg.dropout, pre)
         self.ctc = Linear(cfg.d_model, cfg.vocab_size)
         self.decoder = (
