@@ -33,6 +33,7 @@ def test_overrides_and_roundtrip(tmp_path):
         (["model.d_model=abc"], r"model\.d_model: expected an integer"),
         (["model.frontend=lstm"], r"model\.frontend: expected 'linear' or 'conv2d'"),
         (["model.conv_channels=-8"], r"model\.conv_channels: expected an integer >= 0"),
+        (["model.conv_stack=0"], r"model\.conv_stack: expected a positive integer"),
         (["model.d_model=100", "model.heads=3"], r"model\.d_model: expected a multiple of heads=3"),
         (["train.lr=-1"], r"train\.lr: expected a positive number"),
         (["data.specaugment.freq_masks=-1"], r"data\.specaugment\.freq_masks"),
