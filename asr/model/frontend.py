@@ -11,6 +11,13 @@ from .linear import Linear, linear, onednn_mm
 __all__ = ["LinearStackFrontend", "Conv2dFrontend", "build_frontend"]
 
 
+def stack_frames(x: torch.Tensor, stack: int) -> torch.Tensor:
+    """(B, T, D) -> (B, T // stack, stack * D): each group of ``stack`` consecutive frames side by side
+    (a trailing partial group is dropped)."""
+    b, t, d = x.shape
+    return x[:, : t // stack * stack].reshape(b, t // stack, stack * d)
+
+
 class LinearStackFrontend(nn.Module):
     """Stack ``stack`` consecutive frames into one vector and project it with one Linear.
 
@@ -31,10 +38,7 @@ class LinearStackFrontend(nn.Module):
         return torch.div(lens, self.stack, rounding_mode="floor")
 
     def forward(self, x: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        b, t, f = x.shape
-        t_out = t // self.stack
-        x = x[:, : t_out * self.stack].reshape(b, t_out, f * self.stack)  # (B, T', stack*F)
-        return self.proj(x), self.output_lengths(lens)
+        return self.proj(stack_frames(x, self.stack)), self.output_lengths(lens)  # (B, T / stack, D)
 
 
 class Conv2dFrontend(nn.Module):
@@ -71,12 +75,12 @@ class Conv2dFrontend(nn.Module):
         if x.device.type != "cpu":
             x = self.conv(x.unsqueeze(1))  # (B, C, T', F')
             b, c, t, f = x.shape
-            x = x[:, :, : t // s * s].transpose(1, 2).reshape(b, t // s, s * c * f)  # columns (stack, c, f)
+            x = stack_frames(x.transpose(1, 2).reshape(b, t, c * f), s)  # columns (stack, c, f)
             return self.proj(x), self.output_lengths(lens)  # (B, T' / stack, D)
         x = self._channels_last(x)  # (B, C, T', F') in channels-last memory: (B, T', F', C) is a free view
         b, c, t, f = x.shape
         w = self.proj.weight.view(-1, s, c, f).transpose(2, 3).reshape(-1, s * f * c)  # columns (s, c, f) -> (s, f, c)
-        x = x.permute(0, 2, 3, 1)[:, : t // s * s].reshape(b, t // s, s * f * c)
+        x = stack_frames(x.permute(0, 2, 3, 1).reshape(b, t, f * c), s)
         return linear(x, w, self.proj.bias), self.output_lengths(lens)
 
     def _channels_last(self, x: torch.Tensor) -> torch.Tensor:
