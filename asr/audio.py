@@ -181,8 +181,13 @@ def fbank_batch(
     The same computation as :func:`fbank`, in chunks of frames from all utterances. The FFT runs in
     float32, and the frames where float32 is not accurate enough (a mel band far below the
     frame's largest, or near zero) are recomputed in float64, so the result stays within 2e-3
-    (max) of :func:`fbank`; with ``dither`` the noise differs from :func:`fbank`'s.
+    (max) of :func:`fbank`; with ``dither`` the noise differs from :func:`fbank`'s. Where the speed
+    path ``fbank_batch`` is off (``asr.speed``) it is :func:`fbank` of each waveform.
     """
+    from . import speed
+
+    if not speed.enabled("fbank_batch"):
+        return [fbank(w, sample_rate, num_mel_bins, dither) for w in waveforms]
     win, hop, nfft, window, mel_t = _fbank_tables(int(sample_rate), int(num_mel_bins))
     counts = []
     for i, w in enumerate(waveforms):

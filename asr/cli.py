@@ -281,7 +281,7 @@ def _decode_settings(args: argparse.Namespace, base):
     import dataclasses
 
     cfg = dataclasses.replace(base)
-    for key in ("mode", "beam_size", "ctc_weight", "length_penalty", "max_frames"):
+    for key in ("mode", "beam_size", "ctc_weight", "length_penalty", "max_frames", "precision"):
         value = getattr(args, key, None)
         if value is not None:
             setattr(cfg, key, value)
@@ -296,6 +296,9 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctc-weight", type=float, help="weight of CTC prefix scores (default: model config)")
     p.add_argument("--length-penalty", type=float, help="bonus per output token (default: model config)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"],
+                   help="default: the model config's decode.precision (fp32); auto: bf16 only on hardware with "
+                        "native bf16 (GPUs, CPUs with AMX or AVX512-BF16)")
 
 
 def add_decode(sub: argparse._SubParsersAction) -> None:

@@ -169,7 +169,8 @@ class TrainConfig:
     min_lr: float = 0.0  # floor of the cosine schedule
     grad_clip: float = 5.0  # max gradient norm; 0 disables clipping
     accum_grad: int = 1
-    precision: str = "auto"  # "auto" (bf16 on GPUs that have it, else fp16; fp32 on CPU), "bf16", "fp16", "fp32"
+    precision: str = "auto"  # "auto", "bf16", "fp16", "fp32"; auto: bf16 on GPUs that have it (else fp16), and on
+    # CPUs with native bf16 arithmetic (AMX, AVX512-BF16), else fp32 (asr.hardware.resolve_precision)
     log_interval: int = 100  # steps between JSON Lines log records
     checkpoint_interval: int = 1000  # steps between mid-epoch checkpoints; 0: only at epoch ends
     keep_last: int = 5  # step/epoch checkpoints kept on disk
@@ -206,8 +207,11 @@ class DecodeConfig:
     length_norm: bool = False  # rank finished hypotheses by score / length
     max_len_ratio: float = 1.0  # maximum output tokens = ratio * encoder frames
     max_frames: int = 30000  # fbank frames per decoding batch
+    precision: str = "fp32"  # "fp32", "auto", "bf16", "fp16": as train.precision (auto: bf16 only where native)
 
     def validate(self, prefix: str = "decode") -> None:
+        prec = ("auto", "bf16", "fp16", "fp32")
+        _check(self.precision in prec, prefix, "precision", " or ".join(map(repr, prec)), self.precision)
         modes = ("attention", "ctc_greedy", "ctc_beam", "rescore")
         _check(self.mode in modes, prefix, "mode", " or ".join(map(repr, modes)), self.mode)
         _check(self.beam_size >= 1, prefix, "beam_size", "a positive integer", self.beam_size)

@@ -25,7 +25,9 @@ def read_log(path: str | os.PathLike) -> tuple[list[dict], list[dict]]:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
             raise ValueError(f"{p}:{lineno}: not JSON ({e})") from None
-        (dev if rec.get("kind") == "dev" else train).append(rec)
+        kind = rec.get("kind")
+        if kind in ("dev", "train"):  # (setup records say what the run computed with)
+            (dev if kind == "dev" else train).append(rec)
     return train, dev
 
 

@@ -39,6 +39,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from . import speed
 from .checkpoint import (
     CMVN_FILE,
     CONFIG_FILE,
@@ -49,8 +50,9 @@ from .checkpoint import (
     save_model_dir,
 )
 from .config import Config, ConfigError, TrainConfig, save_config
+from .hardware import autocast, cpu_info, resolve_precision
 
-__all__ = ["train", "lr_factor", "resolve_precision", "setup_distributed", "word_errors", "TrainingAborted", "LOG_FILE"]
+__all__ = ["train", "lr_factor", "setup_distributed", "word_errors", "TrainingAborted", "LOG_FILE"]
 
 log = logging.getLogger(__name__)
 
@@ -94,24 +96,6 @@ def setup_distributed(device: str = "auto") -> DistEnv:
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if use_cuda else "gloo")
     return DistEnv(rank, world, local, dev)
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """``auto``: bf16 on GPUs that have it, fp16 (with a GradScaler) on older GPUs, fp32 on CPU."""
-    if precision == "auto":
-        if device.type == "cuda":
-            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-        return "fp32"
-    if precision == "fp16" and device.type != "cuda":
-        raise ConfigError("train.precision: fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
-    return precision
-
-
-def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 def lr_factor(step: int, cfg: TrainConfig, total_steps: int) -> float:
@@ -484,7 +468,10 @@ def _train(cfg: Config, exp: Path, resume: bool, env: DistEnv) -> dict[str, Any]
         dev_by_id = {r["id"]: r for r in dev_records}
 
     metrics_log = MetricsLog(exp, step if ck is not None else None) if env.is_main else None
-    if env.is_main:
+    if env.is_main:  # what this run computes with (a resumed run adds its own record)
+        metrics_log.write({"kind": "setup", "step": step, "epoch": epoch, "precision": precision,
+                           "device": str(env.device), "world_size": env.world_size, "cpu": cpu_info().summary(),
+                           "speed_paths": speed.active(), "torch": torch.__version__, "time": time.time()})  # fmt: skip
         log.info(
             "model %s parameters, %d train utterances (%.1f h), %d batches/epoch/rank (%.1f%% padding), "
             "precision %s, %d process(es)",

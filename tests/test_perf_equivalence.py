@@ -5,10 +5,18 @@ import pytest
 import torch
 from torch import nn
 
+from asr import speed
 from asr.model import linear as linear_mod
 from asr.model.attention import MultiHeadAttention, lengths_to_keep_mask
 from asr.model.dropout import Dropout, dropout, effective_p, keep_mask
 from asr.model.transformer import FeedForward
+
+
+@pytest.fixture(autouse=True)
+def all_speed_paths_on():
+    """Every speed path is tested on every CPU, also where asr.speed leaves it off by default."""
+    with speed.override(**dict.fromkeys(speed.PATHS, True)):
+        yield
 
 
 def _reference(ffn: FeedForward) -> nn.Sequential:
@@ -176,7 +184,7 @@ def test_onednn_linear_matches_f_linear_values_and_gradients(bias, layout):
 
 
 @onednn
-def test_onednn_linear_falls_back_where_it_should(monkeypatch):
+def test_onednn_linear_falls_back_where_it_should():
     w = torch.randn(256, 256)
     big, small = torch.randn(64, 256), torch.randn(2, 256)
     assert linear_mod._use_onednn(big, w)
@@ -185,8 +193,8 @@ def test_onednn_linear_falls_back_where_it_should(monkeypatch):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not linear_mod._use_onednn(big, w)  # autocast: PyTorch's own bf16 path (oneDNN already)
         assert linear_mod.linear(big, w).dtype == torch.bfloat16
-    monkeypatch.setattr(linear_mod, "enabled", False)  # ASR_ONEDNN_LINEAR=0
-    assert not linear_mod._use_onednn(big, w)
+    with speed.override(onednn_linear=False):  # off by asr.speed (or ASR_ONEDNN_LINEAR=0)
+        assert not linear_mod._use_onednn(big, w)
 
 
 @onednn

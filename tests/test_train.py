@@ -20,8 +20,9 @@ import torch
 import yaml
 
 from asr.checkpoint import list_checkpoints, load_model, safe_load
+from asr import speed
 from asr.config import ConfigError, TrainConfig, load_config
-from asr.train import LOG_FILE, TrainingAborted, lr_factor, resolve_precision, train, word_errors
+from asr.train import LOG_FILE, TrainingAborted, lr_factor, train, word_errors
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_MODEL = {"d_model": 96, "heads": 4, "ffn_dim": 384, "encoder_layers": 3, "decoder_layers": 2}
@@ -45,14 +46,6 @@ def test_cosine_and_constant():
     assert lr_factor(500, cfg, 110) == pytest.approx(0.1)
     const = TrainConfig(scheduler="constant", warmup_steps=4)
     assert [lr_factor(s, const, 0) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
-
-
-def test_precision_resolution():
-    cpu = torch.device("cpu")
-    assert resolve_precision("auto", cpu) == "fp32"
-    assert resolve_precision("bf16", cpu) == "bf16"
-    with pytest.raises(ConfigError, match="fp16 needs a CUDA GPU"):
-        resolve_precision("fp16", cpu)
 
 
 def test_word_errors():
@@ -100,7 +93,8 @@ def write_config(path: Path, corpus, train_manifest: str, dev: str | None = None
             "num_workers": 0,
             "specaugment": None,
         },
-        "train": {"epochs": 2, "lr": 0.002, "warmup_steps": 5, "log_interval": 1, "checkpoint_interval": 0},
+        "train": {"epochs": 2, "lr": 0.002, "warmup_steps": 5, "log_interval": 1, "checkpoint_interval": 0,
+                  "precision": "fp32"},  # the same numbers on every CPU (auto is bf16 where native)
     }
     for sec, values in sections.items():
         cfg[sec].update(values)
@@ -137,6 +131,8 @@ def test_train_writes_model_dir_and_reruns_idempotently(corpus, tmp_path):
     assert [r["step"] for r in train_recs] == [1, 2, 3, 4]
     assert [r["epoch"] for r in dev_recs] == [1, 2]
     assert all(math.isfinite(r["dev_loss"]) and 0 <= r["dev_wer"] for r in dev_recs)
+    (setup,) = [r for r in recs if r["kind"] == "setup"]  # what the run computed with, for RESULTS.md
+    assert setup["precision"] == "fp32" and setup["device"] == "cpu" and set(setup["speed_paths"]) == set(speed.PATHS)
     assert [c["path"].name for c in list_checkpoints(exp)] == ["epoch_1.pt", "epoch_2.pt"]
     before = weights(exp)
     again = train(load_config(cfg_path), exp)  # the same command on a finished run: nothing to do

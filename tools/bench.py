@@ -358,9 +358,11 @@ def _median(results: list[dict], key: str) -> float | None:
     return statistics.median(vals) if vals else None
 
 
-def section_train(systems: list[str], threads_list: list[int], reps: int, steps: int, log) -> tuple[list, dict]:
+def section_train(systems: list[str], threads_list: list[int], reps: int, steps: int, log,
+                  bf16: bool = True) -> tuple[list, dict]:  # fmt: skip
     runs: dict[tuple, list[dict]] = {}
-    configs = [(s, p) for s in systems for p in (("fp32",) if s == "speechbrain" else ("fp32", "bf16"))]
+    precisions = ("fp32", "bf16") if bf16 else ("fp32",)
+    configs = [(s, p) for s in systems for p in (("fp32",) if s == "speechbrain" else precisions)]
     for rep in range(reps):
         for threads in threads_list:
             order = configs[rep % len(configs):] + configs[: rep % len(configs)]  # rotate the order each rep
@@ -436,17 +438,12 @@ def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
 
 
 def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    """The CPU as asr.hardware sees it (model, ATen capability, native bf16), cores and torch."""
     import torch
 
-    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}"
+    from asr.hardware import cpu_info
+
+    return f"{cpu_info().summary()}, {os.cpu_count()} cores, torch {torch.__version__}"
 
 
 def main() -> None:
@@ -480,10 +477,16 @@ def main() -> None:
     if not PEERS_PY.exists():
         log(f"note: {PEERS_PY} missing (run tools/peers/setup.sh): peers skipped")
         systems = [s for s in systems if s.startswith("ours")]
+    from asr.hardware import cpu_info
+
     print(f"machine: {machine()}")
     ratios: dict[str, float] = {}
+    native_bf16 = cpu_info().native_bf16
+    if not native_bf16:
+        print("bf16 rows skipped: this CPU has no native bf16 arithmetic (emulated bf16: many times slower than fp32)")
+        sections = [s for s in sections if s != "bf16"]
     if "train" in sections:
-        rows, r = section_train(systems, threads_list, args.reps, args.steps, log)
+        rows, r = section_train(systems, threads_list, args.reps, args.steps, log, bf16=native_bf16)
         ratios.update(r)
         print_table(
             f"Training step, forward + backward, batch 8 x 1000 frames (lengths 850-1000), medians of {args.reps} runs",
@@ -492,7 +495,7 @@ def main() -> None:
             rows,
         )
     if "decode" in sections:
-        dsys = [s for s in DECODE_SYSTEMS if s in args.decode_systems.split(",")]
+        dsys = [s for s in DECODE_SYSTEMS if s in args.decode_systems.split(",") and (native_bf16 or "bf16" not in s)]
         if not PEERS_PY.exists():
             dsys = [s for s in dsys if s.startswith("ours")]
         rows, r = section_decode(dsys, threads_list, args.reps, log)
@@ -547,7 +550,7 @@ def main() -> None:
              "batch vs knf: max within 20 nats of the frame peak / max / mean diff"],
             rows,
         )
-    print(json.dumps({"bench": "asr-vs-peers", "machine": machine(), **ratios}))
+    print(json.dumps({"bench": "asr-vs-peers", "machine": machine(), "cpu": cpu_info().to_dict(), **ratios}))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ import torch
 
 from asr.config import load_config
 from asr.decode import beam_search, greedy_search
+from asr.hardware import cpu_info
 from asr.model import ASRModel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,6 +143,13 @@ def main() -> None:
     args = ap.parse_args()
     device = torch.device(args.device)
     bf16 = args.precision == "bf16"
+    info = cpu_info()
+    if device.type == "cpu":
+        print(f"CPU: {info.summary()}")
+        if bf16 and not info.native_bf16:
+            print("bf16 skipped: this CPU has no native bf16 arithmetic (emulated bf16 is many times slower than fp32)")
+            print(json.dumps({"bench": "decode", "cpu": info.to_dict(), "skipped": ["bf16"]}))
+            return
     args.skip_textbook |= device.type != "cpu" or bf16  # the textbook search is the fp32 CPU reference
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -160,7 +168,7 @@ def main() -> None:
     rows = []
     record = {"utts": args.utts, "seconds": args.seconds, "tokens": args.tokens, "threads": torch.get_num_threads(),
               "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "precision": args.precision}  # fmt: skip
+              "precision": args.precision, "cpu": info.to_dict() if device.type == "cpu" else None}  # fmt: skip
     for name, beam, w in variants:
         t0 = time.perf_counter()
         ours_out = ours(model, feats, lens, beam, w, args.tokens, bf16)  # hypotheses come back as lists: synced

@@ -29,8 +29,8 @@ def worker(args: argparse.Namespace) -> dict:
     import torch
 
     from asr.config import load_config
+    from asr.hardware import autocast, resolve_precision
     from asr.model import ASRModel
-    from asr.train import autocast, resolve_precision
 
     device = torch.device(args.device)
     precision = resolve_precision(args.precision, device)
@@ -116,8 +116,16 @@ def main() -> None:
         args.precision = args.precision[0]
         print(json.dumps(worker(args)))
         return
-    rows = []
+    sys.path.insert(0, str(REPO))
+    from asr.hardware import cpu_info
+
+    info = cpu_info()
+    rows, skipped = [], []
     for prec in args.precision:
+        if prec == "bf16" and args.device == "cpu" and not info.native_bf16:
+            skipped.append(prec)
+            print("bf16 skipped: this CPU has no native bf16 arithmetic (emulated bf16 is many times slower than fp32)")
+            continue
         cmd = [sys.executable, __file__, "--worker", "--precision", prec]
         for k in ("config", "device", "batch", "seconds", "tokens", "vocab", "steps", "warmup", "peak_tflops"):
             cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
@@ -125,7 +133,11 @@ def main() -> None:
         if res.returncode != 0:
             sys.exit(f"bench_train: {prec} failed:\n{res.stderr[-3000:]}")
         rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
+    if not rows:
+        sys.exit("bench_train: nothing to run")
     cfg_name = Path(args.config).stem
+    if args.device == "cpu":
+        print(f"CPU: {info.summary()}")
     print(f"training step, {cfg_name}, batch {args.batch} x {args.seconds:g} s, {args.tokens} tokens/utt, "
           f"vocab {args.vocab}, {rows[0]['params_m']:.1f} M parameters, {rows[0]['threads']} threads")  # fmt: skip
     head = (
@@ -143,7 +155,7 @@ def main() -> None:
             line += f"{100 * r['mfu']:>7.1f}%"
         print(line)
     print(json.dumps({"bench": "train", "config": cfg_name, "batch": args.batch, "seconds": args.seconds,
-                      "results": rows}))  # fmt: skip
+                      "cpu": info.to_dict(), "skipped": skipped, "results": rows}))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Write a recipe's RESULTS.md: WER per set (from `asr score --json-out`), decoding settings,
-training time and hardware.
+training time and hardware; or, with --loso, one table of the test WER of each held-out speaker.
 
     python tools/results_table.py --exp EXP --model MODEL_DIR --sets dev test --decode "beam 10, CTC 0.3" \
         --title "..." --out EXP/RESULTS.md
+    python tools/results_table.py --loso --exp-prefix recipes/fsdd/exp/transformer_ --speakers george jackson \
+        --title "..." --out recipes/fsdd/exp/transformer_loso.md      # reads EXP_<speaker>/avg5/decode_*/wer.json
 """
 
 from __future__ import annotations
@@ -11,33 +13,38 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 from pathlib import Path
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def hardware() -> str:
-    parts = [f"{cpu_name()}, {os.cpu_count()} cores"]
-    try:
-        import torch
+    """This machine: the CPU as asr.hardware sees it (ATen capability, native bf16), cores, torch, GPUs."""
+    import torch
 
-        parts.append(f"torch {torch.__version__}")
-        if torch.cuda.is_available():
-            n = torch.cuda.device_count()
-            parts.insert(0, f"{n} x {torch.cuda.get_device_name(0)}")
-    except ImportError:
-        pass
+    from asr.hardware import cpu_info
+
+    parts = [f"{cpu_info().summary()}, {os.cpu_count()} cores", f"torch {torch.__version__}"]
+    if torch.cuda.is_available():
+        parts.insert(0, f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}")
     return "; ".join(parts)
+
+
+def training_setup(exp: Path) -> str:
+    """Precision, device and CPU the training ran with (its log's last setup record)."""
+    log = exp / "train_log.jsonl"
+    setups = []
+    if log.is_file():
+        for line in log.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if rec.get("kind") == "setup":
+                setups.append(rec)
+    if not setups:
+        return "unknown"
+    s = setups[-1]
+    return f"{s['precision']} on {s['device']} ({s['cpu']})"
 
 
 def training_time(exp: Path) -> str:
@@ -56,13 +63,21 @@ def training_time(exp: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--exp", required=True, type=Path)
-    ap.add_argument("--model", required=True, type=Path, help="model directory whose decode_<set>/wer.json are read")
-    ap.add_argument("--sets", nargs="+", required=True)
+    ap.add_argument("--exp", type=Path)
+    ap.add_argument("--model", type=Path, help="model directory whose decode_<set>/wer.json are read")
+    ap.add_argument("--sets", nargs="+")
     ap.add_argument("--decode", default="", help="decoding settings, as text")
     ap.add_argument("--title", default="Results")
     ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--loso", action="store_true", help="one row per held-out speaker (--exp-prefix, --speakers)")
+    ap.add_argument("--exp-prefix", default="", help="--loso: experiment folders are PREFIX<speaker>")
+    ap.add_argument("--speakers", nargs="+", default=[])
+    ap.add_argument("--model-name", default="avg5", help="--loso: the model directory inside each experiment")
     args = ap.parse_args(argv)
+    if args.loso:
+        return loso_table(args)
+    if not (args.exp and args.model and args.sets):
+        ap.error("--exp, --model and --sets are required (or --loso)")
 
     rows = []
     for name in args.sets:
@@ -88,6 +103,50 @@ def main(argv: list[str] | None = None) -> int:
             "",
             f"- Decoding: {args.decode or 'see the recipe'}",
             f"- Training time: {training_time(args.exp)}",
+            f"- Training precision: {training_setup(args.exp)}",
+            f"- Hardware: {hardware()}",
+            "",
+        ]
+    )
+    args.out.write_text(text, encoding="utf-8")
+    return 0
+
+
+def loso_table(args: argparse.Namespace) -> int:
+    """Test WER of every held-out speaker, their mean and the worst, with training time and setup."""
+    rows, wers, missing = [], [], []
+    for spk in args.speakers:
+        exp = Path(f"{args.exp_prefix}{spk}")
+        res = {}
+        for name in ("test", "dev"):
+            f = exp / args.model_name / f"decode_{name}" / "wer.json"
+            if f.is_file():
+                res[name] = json.loads(f.read_text())
+        if "test" not in res:
+            missing.append(str(exp / args.model_name / "decode_test" / "wer.json"))
+            continue
+        t = res["test"]
+        lo, hi = t.get("wer_ci95", [float("nan")] * 2)
+        wers.append(t["wer"])
+        dev = f"{res['dev']['wer']:.2f}" if "dev" in res else "-"
+        rows.append(f"| {spk} | **{t['wer']:.2f}** | {lo:.2f}-{hi:.2f} | {t['sub']} / {t['del']} / {t['ins']} | "
+                    f"{dev} | {training_time(exp)} |")  # fmt: skip
+    if missing:
+        print("results_table: missing " + ", ".join(missing), file=sys.stderr)
+        return 2
+    summary = f"mean **{sum(wers) / len(wers):.2f}**, worst **{max(wers):.2f}** over {len(wers)} speakers"
+    setup = training_setup(Path(f"{args.exp_prefix}{args.speakers[0]}"))
+    text = "\n".join(
+        [
+            f"# {args.title}",
+            "",
+            "| held-out speaker | test WER % | 95% CI | sub / del / ins | dev WER % | training |",
+            "|---|---|---|---|---|---|",
+            *rows,
+            "",
+            f"Test WER: {summary}.",
+            "",
+            f"- Training precision: {setup}",
             f"- Hardware: {hardware()}",
             "",
         ]

@@ -36,7 +36,9 @@ from .download import download, extract
 from .librispeech import PrepareError
 from .manifest import write_manifest
 
-__all__ = ["DIGIT_WORDS", "FSDD_URL", "FsddOptions", "find_recordings", "download_fsdd", "prepare_fsdd"]
+__all__ = [
+    "DIGIT_WORDS", "FSDD_URL", "FsddOptions", "find_recordings", "fsdd_speakers", "download_fsdd", "prepare_fsdd"
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +120,11 @@ def download_fsdd(corpus_dir: str | os.PathLike, url: str = FSDD_URL, md5: str |
     extract(archive, root / "free-spoken-digit-dataset", select=top)
     archive.unlink()
     return find_recordings(root)
+
+
+def fsdd_speakers(corpus_dir: str | os.PathLike) -> list[str]:
+    """The speakers whose recordings ``corpus_dir`` holds, sorted (from the file names)."""
+    return list(_scan(find_recordings(corpus_dir)))
 
 
 def _scan(rec_dir: Path) -> dict[str, list[tuple[int, int, Path]]]:

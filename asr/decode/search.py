@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..config import DecodeConfig
+from ..hardware import autocast, resolve_precision
 from .beam_search import Hypothesis, beam_search
 from .ctc_beam import attention_rescoring, ctc_prefix_beam_search
 from .greedy import ctc_greedy_search
@@ -18,11 +19,17 @@ def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeCo
 
     Modes: ``attention`` (batched beam search, joint with CTC when ``ctc_weight`` > 0; beam 1
     is greedy), ``ctc_greedy``, ``ctc_beam`` (CTC prefix beam search) and ``rescore`` (the CTC
-    n-best rescored by the attention decoder).
+    n-best rescored by the attention decoder). ``cfg.precision`` follows the training rule
+    (``asr.hardware``): bf16 autocast only where asked for, or ``auto`` on hardware with native bf16.
     """
     cfg = cfg or DecodeConfig()
     dev = next(model.parameters()).device
-    feats, feat_lens = feats.to(dev), feat_lens.to(dev)
+    with autocast(resolve_precision(cfg.precision, dev, "decode.precision"), dev):
+        return _recognize(model, feats.to(dev), feat_lens.to(dev), cfg)
+
+
+def _recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis]:
+    dev = feats.device
     memory, mem_lens = model.encode(feats, feat_lens)  # (B, S, D), (B,)
     if cfg.mode == "attention":
         if model.decoder is None or cfg.ctc_weight >= 1.0:

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import speed
 from .dropout import Dropout
 from .dropout import dropout as _dropout
 from .linear import Linear
@@ -125,7 +126,7 @@ class MultiHeadAttention(nn.Module):
                 k = torch.cat([past[0], k], dim=2)
                 v = torch.cat([past[1], v], dim=2)
             new_kv = (k, v)
-        if self.training and self.dropout > 0 and q.device.type == "cpu":
+        if self.training and self.dropout > 0 and q.device.type == "cpu" and speed.enabled("cheap_dropout"):
             y = _attention_with_dropout(q, k, v, keep_mask, self.dropout)  # SDPA's math path, cheaper mask
         else:
             y = F.scaled_dot_product_attention(

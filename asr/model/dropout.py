@@ -6,7 +6,8 @@ training step of the 100 h model. :func:`keep_mask` draws 64 random bits per fou
 the same generator (so seeding, checkpointed RNG state and exact resume work as before) and
 compares each 16-bit quarter with a threshold: four times fewer draws, about 2.5x faster. The
 drop probability is rounded to a multiple of 1/65536 (0.1 becomes 0.100006) and kept values
-are scaled by 1 / (1 - that probability). Other devices use ``F.dropout`` (Philox, already fast).
+are scaled by 1 / (1 - that probability). Other devices, and CPUs where the speed path
+``cheap_dropout`` is off (``asr.speed``), use ``F.dropout``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .. import speed
 
 __all__ = ["Dropout", "dropout", "keep_mask", "effective_p", "dropout_scale"]
 
@@ -27,9 +30,13 @@ def effective_p(p: float) -> float:
     return round(p * _LEVELS) / _LEVELS
 
 
+def _cheap(device: torch.device) -> bool:
+    return device.type == "cpu" and speed.enabled("cheap_dropout")
+
+
 def dropout_scale(p: float, device: torch.device) -> float:
     """What :func:`dropout` multiplies kept values by on ``device``: 1 / (1 - the realised p)."""
-    return 1.0 / (1.0 - (effective_p(p) if device.type == "cpu" else p))
+    return 1.0 / (1.0 - (effective_p(p) if _cheap(device) else p))
 
 
 def keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> torch.Tensor:
@@ -46,7 +53,7 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     Backward keeps only the bool mask, as PyTorch's dropout does."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu":
+    if not _cheap(x.device):
         return F.dropout(x, p, True)
     # where, not mul: no float copy of the bool mask (a full extra pass); backward saves only the mask
     return torch.where(keep_mask(x.shape, p), x, 0).mul_(dropout_scale(p, x.device))

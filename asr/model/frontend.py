@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import speed
 from .linear import Linear, linear, onednn_mm
 
 __all__ = ["LinearStackFrontend", "Conv2dFrontend", "build_frontend"]
@@ -72,7 +73,7 @@ class Conv2dFrontend(nn.Module):
 
     def forward(self, x: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         s = self.stack
-        if x.device.type != "cpu":
+        if x.device.type != "cpu" or not speed.enabled("conv_channels_last"):
             x = self.conv(x.unsqueeze(1))  # (B, C, T', F')
             b, c, t, f = x.shape
             x = stack_frames(x.transpose(1, 2).reshape(b, t, c * f), s)  # columns (stack, c, f)

@@ -8,17 +8,18 @@ product in fp32 arithmetic (no reduced-precision shortcut: errors against float6
 through ``torch.ops.mkldnn._linear_pointwise``, forward and backward; smaller ones (a decoder step
 of one hypothesis), other dtypes and devices, and autocast regions (where PyTorch already uses
 oneDNN for bf16) take ``F.linear``. Where the op is missing (a build without oneDNN) or
-``ASR_ONEDNN_LINEAR=0`` is set, everything takes ``F.linear``. Measured side by side in
-``tools/bench.py`` (systems ``ours-*-mkl`` set ``ASR_ONEDNN_LINEAR=0``).
+the path is off (``asr.speed``: on by default only on AMD CPUs with AVX-512 kernels; on Intel
+CPUs and on AVX2-only CPUs MKL was faster), everything takes ``F.linear``. Measured side by side
+in ``tools/bench_paths.py`` and ``tools/bench.py`` (systems ``ours-*-mkl``).
 """
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .. import speed
 
 __all__ = ["Linear", "linear", "onednn_mm", "onednn_available", "MIN_WORK"]
 
@@ -28,8 +29,6 @@ try:
     _matmul = torch.ops.mkldnn._linear_pointwise  # (x, weight (out, in), bias, "none", [], "") -> x weight^T + b
 except (AttributeError, RuntimeError):
     _matmul = None
-
-enabled = os.environ.get("ASR_ONEDNN_LINEAR", "1") != "0"  # module switch, e.g. for side-by-side benchmarks
 
 
 def onednn_available() -> bool:
@@ -42,12 +41,12 @@ def _mm(a: torch.Tensor, b_t: torch.Tensor, bias: torch.Tensor | None = None) ->
 
 
 def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    if not (enabled and _matmul is not None and x.device.type == "cpu" and torch.backends.mkldnn.enabled):
+    if not (_matmul is not None and x.device.type == "cpu" and torch.backends.mkldnn.enabled):
         return False
     if x.dtype != torch.float32 or weight.dtype != torch.float32 or torch.is_autocast_enabled("cpu"):
         return False
     in_dim = x.shape[-1]
-    return in_dim > 0 and x.numel() // in_dim * in_dim * weight.shape[0] >= MIN_WORK
+    return speed.enabled("onednn_linear") and in_dim > 0 and x.numel() // in_dim * in_dim * weight.shape[0] >= MIN_WORK
 
 
 def onednn_mm(a: torch.Tensor, b_t: torch.Tensor) -> torch.Tensor:

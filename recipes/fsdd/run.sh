@@ -3,7 +3,7 @@
 #
 #   bash recipes/fsdd/run.sh [--corpus-dir DIR] [--stage N] [--stop-stage M] [--force] [--set KEY=VALUE ...]
 #       [--test-speakers "S ..."] [--mode M] [--beam-size N] [--ctc-weight W] [--exp NAME] [--config YAML]
-#       [--num-train N] [--num-dev N] [--num-test N] [--trim-prob P]
+#       [--num-train N] [--num-dev N] [--num-test N] [--trim-prob P] [--data DIR]
 #
 # Stages (each one `asr` command, each skipped when already done):
 #   0 download FSDD (skipped when --corpus-dir already holds recordings/)
@@ -30,12 +30,14 @@ num_avg=5
 decode_args=()       # --mode/--beam-size/--ctc-weight: default the config's decode section (CTC prefix beam 8)
 prepare_args=()       # --num-train/--num-dev/--num-test (utterances per split), --trim-prob: to `asr prepare fsdd`
 train_sets=()
+data=data             # prepared data (relative to this folder): one per choice of test speakers
 while (( $# )); do
   if parse_common_flag "$@"; then shift "$shift_by"; continue; fi
   case "$1" in
     --corpus-dir) corpus_dir=$(realpath -m "$2"); shift 2 ;;
     --config) config=$(realpath "$2"); shift 2 ;;
     --exp) exp=$2; shift 2 ;;
+    --data) data=$2; shift 2 ;;
     --test-speakers) test_speakers=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
     --vocab-size) vocab_size=$2; shift 2 ;;
@@ -48,7 +50,6 @@ while (( $# )); do
 done
 cd "$here"
 find_asr "$repo"
-data=data
 expdir=exp/$exp
 model=$expdir/avg$num_avg
 

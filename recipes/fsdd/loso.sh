@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Every speaker held out in turn (leave one speaker out): the FSDD recipe once per speaker, then one table.
+#
+#   bash recipes/fsdd/loso.sh [--speakers "george jackson ..."] [--exp NAME] [run.sh options ...]
+#
+# For each speaker S: `run.sh --test-speakers S --data data_S --exp NAME_S` (stages 1-7; the data and
+# the experiment of each speaker are kept apart, and finished stages are skipped on a rerun), then
+# exp/NAME_loso.md: the test WER of every speaker, their mean and the worst. Any other option
+# (--corpus-dir, --config, --seed, --set KEY=VALUE, --stage, ...) goes to every run.sh.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+source "$here/../stages.sh"
+
+speakers=""
+exp=transformer
+corpus_dir=$here/downloads/fsdd
+pass=()
+while (( $# )); do
+  case "$1" in
+    --speakers) speakers=$2; shift 2 ;;
+    --exp) exp=$2; shift 2 ;;
+    --corpus-dir) corpus_dir=$(realpath -m "$2"); pass+=("$1" "$corpus_dir"); shift 2 ;;
+    --test-speakers|--data) echo "loso.sh sets $1 itself (one run per speaker)" >&2; exit 2 ;;
+    --force) pass+=("$1"); shift ;;
+    *) pass+=("$1" "$2"); shift 2 ;;
+  esac
+done
+find_asr "$repo"
+if [[ -z $speakers ]]; then  # every speaker of the corpus, from the file names ({digit}_{speaker}_{take}.wav)
+  speakers=$("$PYTHON" -c 'import sys; from asr.data.fsdd import fsdd_speakers; print(*fsdd_speakers(sys.argv[1]))' \
+    "$corpus_dir")
+fi
+echo "loso: speakers $speakers"
+for s in $speakers; do
+  echo "=== held out: $s"
+  bash "$here/run.sh" "${pass[@]}" --test-speakers "$s" --data "data_$s" --exp "${exp}_$s" --stop-stage 7
+done
+"$PYTHON" "$repo/tools/results_table.py" --loso --exp-prefix "$here/exp/${exp}_" --speakers $speakers \
+  --title "FSDD, every speaker held out in turn ($exp)" --out "$here/exp/${exp}_loso.md"
+cat "$here/exp/${exp}_loso.md"

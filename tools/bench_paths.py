@@ -1,0 +1,138 @@
+"""Each CPU speed path of ``asr.speed`` against its plain PyTorch reference, on this CPU.
+
+    python tools/bench_paths.py                      # every path, FSDD and 100 h training steps, fbank
+    ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 python tools/bench_paths.py
+                                                     # the same CPU limited to AVX2 (as a CPU without AVX-512)
+
+For every path, one process times the same work with the path on and off, alternating within
+each repetition (so background load hits both alike), and reports medians and the ratio
+off / on (> 1: the path is faster here). Training steps are fp32 (forward, backward, clipping,
+AdamW) on fixed random batches: the FSDD model (``configs/fsdd/transformer.yaml``, 22 x 360
+frames of 40 bins) and the 100 h model (``configs/librispeech/transformer_100h.yaml`` with the
+conv2d frontend, 4 x 1000 frames). fbank: the shared LibriSpeech utterances. The table and the
+JSON line name the CPU, ATen's capability and whether it has native bf16 (``asr.hardware``),
+and what ``asr.speed`` would choose here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from asr import speed  # noqa: E402
+from asr.hardware import cpu_info  # noqa: E402
+
+MODEL_PATHS = ("onednn_linear", "conv_channels_last", "cheap_dropout")
+
+
+def training_step(config: str, sets: list[str], batch: int, frames: int, vocab: int, tokens: int):
+    """A closure running one fp32 training step of ``config`` on a fixed random batch."""
+    from asr.config import load_config
+    from asr.model import ASRModel
+
+    cfg = load_config(REPO / config, [f"model.vocab_size={vocab}", *sets])
+    torch.manual_seed(0)
+    model = ASRModel(cfg.model).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    g = torch.Generator().manual_seed(0)
+    feats = torch.randn(batch, frames, cfg.model.input_dim, generator=g) * 3
+    feat_lens = torch.linspace(frames, int(frames * 0.85), batch).round().long()
+    tok = torch.randint(2, vocab - 1, (batch, tokens), generator=g)
+    tok_lens = torch.full((batch,), tokens)
+
+    def step() -> None:
+        loss = model(feats, feat_lens, tok, tok_lens)["loss"]
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def fbank_work(data: Path):
+    import soundfile as sf
+
+    from asr.audio import fbank_batch
+
+    files = sorted((data / "LibriSpeech").rglob("*.flac"))
+    if not files:
+        return None, 0.0
+    wavs = [torch.from_numpy(sf.read(str(f), dtype="float32")[0]) for f in files]
+    seconds = sum(w.numel() for w in wavs) / 16000
+
+    def run() -> None:
+        for w in wavs:
+            fbank_batch([w], 16000, 80)  # one utterance at a time, as the dataset calls it
+
+    return run, seconds
+
+
+def time_pair(work, path: str, reps: int, warmup: int) -> tuple[float, float]:
+    """Median seconds of ``work`` with ``path`` on and off, alternating."""
+    on, off = [], []
+    for state in (True, False):
+        with speed.override(**{path: state}):
+            for _ in range(warmup):
+                work()
+    for _ in range(reps):
+        for state, out in ((True, on), (False, off)):
+            with speed.override(**{path: state}):
+                t = time.perf_counter()
+                work()
+                out.append(time.perf_counter() - t)
+    return statistics.median(on), statistics.median(off)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--models", default="fsdd,100h", help="training steps to time: fsdd, 100h")
+    ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    info = cpu_info()
+    works = {}
+    if "fsdd" in args.models:
+        works["FSDD step (fp32)"] = training_step("configs/fsdd/transformer.yaml", [], 22, 360, 29, 5)
+    if "100h" in args.models:
+        works["100 h step (fp32)"] = training_step(
+            "configs/librispeech/transformer_100h.yaml", ["model.frontend=conv2d"], 4, 1000, 500, 45
+        )
+    rows = []
+    for name, work in works.items():
+        for path in MODEL_PATHS:
+            on, off = time_pair(work, path, args.reps, 1)
+            rows.append({"work": name, "path": path, "on_s": on, "off_s": off, "speedup": off / on})
+    fb, seconds = fbank_work(args.data)
+    if fb is None:
+        print(f"fbank: no LibriSpeech audio under {args.data}: skipped")
+    else:
+        on, off = time_pair(fb, "fbank_batch", args.reps, 1)
+        rows.append({"work": f"fbank, {seconds:.0f} s of audio", "path": "fbank_batch", "on_s": on, "off_s": off,
+                     "speedup": off / on})  # fmt: skip
+    chosen = speed.defaults(info)
+    print(f"CPU: {info.summary()}; torch {torch.__version__}")
+    print("| work | speed path | on (s) | off (s) | off / on | on by default here |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['work']} | {r['path']} | {r['on_s']:.3f} | {r['off_s']:.3f} | {r['speedup']:.2f}x | "
+              f"{'yes' if chosen[r['path']] else 'no'} |")  # fmt: skip
+    print(json.dumps({"bench": "paths", "cpu": info.to_dict(), "torch": torch.__version__, "defaults": chosen,
+                      "rows": [{k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()} for r in rows]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
