@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from .atomic import atomic_write
 from .config import Config, load_config, save_config
 
 __all__ = [
@@ -46,21 +47,12 @@ log = logging.getLogger(__name__)
 
 
 def atomic_save(obj: Any, path: str | os.PathLike) -> None:
-    """``torch.save`` to a temporary file, flush and fsync it, then rename over ``path``.
+    """``torch.save`` to a temporary file, fsync it, rename it over ``path``, fsync the folder.
 
     A crash at any point leaves either the old file or the new one, never a torn file.
     """
-    p = Path(path)
-    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with atomic_write(path, "wb") as f:
+        torch.save(obj, f)
 
 
 def safe_load(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> Any:

@@ -278,15 +278,8 @@ def run_plot(args: argparse.Namespace) -> int:
 
 def _decode_settings(args: argparse.Namespace, base):
     """The model's decode section with the command-line overrides applied."""
-    import dataclasses
-
-    cfg = dataclasses.replace(base)
-    for key in ("mode", "beam_size", "ctc_weight", "length_penalty", "max_frames", "precision"):
-        value = getattr(args, key, None)
-        if value is not None:
-            setattr(cfg, key, value)
-    cfg.validate()
-    return cfg
+    keys = ("mode", "beam_size", "ctc_weight", "length_bonus", "max_frames", "precision")
+    return base.updated(**{k: getattr(args, k, None) for k in keys})
 
 
 def _add_search_args(p: argparse.ArgumentParser) -> None:
@@ -294,7 +287,8 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=["attention", "ctc_greedy", "ctc_beam", "rescore"], help="default: model config")
     p.add_argument("--beam-size", type=int, help="default: the model config's decode.beam_size")
     p.add_argument("--ctc-weight", type=float, help="weight of CTC prefix scores (default: model config)")
-    p.add_argument("--length-penalty", type=float, help="bonus per output token (default: model config)")
+    p.add_argument("--length-bonus", "--length-penalty", dest="length_bonus", type=float,
+                   help="added to the score per output token (default: model config; --length-penalty: old name)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"],
                    help="default: the model config's decode.precision (fp32); auto: bf16 only on hardware with "

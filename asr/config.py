@@ -7,6 +7,7 @@ raises :class:`ConfigError` naming the key (``model.d_model``) and what was expe
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import types
 import typing
@@ -29,6 +30,9 @@ __all__ = [
     "save_config",
     "apply_overrides",
 ]
+
+
+log = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
@@ -203,11 +207,19 @@ class DecodeConfig:
     mode: str = "attention"  # "attention" (beam/greedy with optional CTC), "ctc_greedy", "ctc_beam", "rescore"
     beam_size: int = 10
     ctc_weight: float = 0.3
-    length_penalty: float = 0.0  # bonus added per emitted token
+    length_bonus: float = 0.0  # added to a hypothesis' score per emitted token (old name: length_penalty)
     length_norm: bool = False  # rank finished hypotheses by score / length
     max_len_ratio: float = 1.0  # maximum output tokens = ratio * encoder frames
     max_frames: int = 30000  # fbank frames per decoding batch
     precision: str = "fp32"  # "fp32", "auto", "bf16", "fp16": as train.precision (auto: bf16 only where native)
+
+    ALIASES = {"length_penalty": "length_bonus"}  # old key -> new key: still read, with a warning
+
+    def updated(self, **overrides: Any) -> DecodeConfig:
+        """A validated copy with the given settings changed (``None`` values leave a setting as it is)."""
+        cfg = dataclasses.replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        cfg.validate()
+        return cfg
 
     def validate(self, prefix: str = "decode") -> None:
         prec = ("auto", "bf16", "fp16", "fp32")
@@ -290,9 +302,16 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     """Build dataclass ``cls`` from a mapping, rejecting unknown keys and wrong types by name."""
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
+    aliases = getattr(cls, "ALIASES", {})
     kwargs = {}
     for k, v in data.items():
         key = f"{prefix}.{k}" if prefix else str(k)
+        if k in aliases:
+            new = f"{prefix}.{aliases[k]}" if prefix else aliases[k]
+            if aliases[k] in data:
+                raise ConfigError(f"{key}: the old name of {new}; give only one of them")
+            log.warning("%s is the old name of %s (it is a bonus per token): read as %s", key, new, new)
+            k = aliases[k]
         if k not in names:
             raise ConfigError(f"{key}: unknown key (known: {', '.join(sorted(names))})")
         kwargs[k] = _convert(v, hints[k], key)
@@ -339,8 +358,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
 
 
 def save_config(cfg: Config, path: str | os.PathLike) -> None:
-    """Write the resolved configuration as YAML (atomic rename)."""
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    os.replace(tmp, p)
+    """Write the resolved configuration as YAML (atomically)."""
+    from .atomic import atomic_write_text
+
+    atomic_write_text(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False))

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from .atomic import atomic_write
+
 __all__ = [
     "NORMALIZERS",
     "normalize",
@@ -223,9 +225,8 @@ class Tokenizer:
             raise TokenizerError(cls._explain_failure(sentences, vocab_size, model_type, options, e)) from None
         sp = spm.SentencePieceProcessor(model_proto=proto.getvalue())
         model_path = out / TOKENIZER_FILE
-        tmp = model_path.with_name(model_path.name + ".tmp")
-        tmp.write_bytes(proto.getvalue())
-        os.replace(tmp, model_path)
+        with atomic_write(model_path, "wb") as f:
+            f.write(proto.getvalue())
         vocab_lines = (f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n" for i in range(sp.get_piece_size()))
         (out / "tokenizer.vocab").write_text("".join(vocab_lines), encoding="utf-8")
         tok = cls(sp, model_path)

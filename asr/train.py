@@ -40,6 +40,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import speed
+from .atomic import atomic_write_text, remove_stale_temporaries
 from .checkpoint import (
     CMVN_FILE,
     CONFIG_FILE,
@@ -183,9 +184,7 @@ class MetricsLog:
         self.path = exp / LOG_FILE
         if resume_step is not None and self.path.is_file():
             keep = [ln for ln in self.path.read_text().splitlines() if _logged_step(ln) <= resume_step]
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text("".join(ln + "\n" for ln in keep))
-            os.replace(tmp, self.path)
+            atomic_write_text(self.path, "".join(ln + "\n" for ln in keep))
         self.f = open(self.path, "a")
         self.tb = None
         try:
@@ -367,6 +366,9 @@ def _train(cfg: Config, exp: Path, resume: bool, env: DistEnv) -> dict[str, Any]
     precision = resolve_precision(tcfg.precision, env.device)
 
     # --- where we start: a checkpoint of this experiment, or nothing
+    if env.is_main:
+        for folder in (exp, exp / "checkpoints"):  # what a writer killed mid-write left behind
+            remove_stale_temporaries(folder)
     found = load_latest_checkpoint(exp, "cpu")
     if resume and found is None:
         raise FileNotFoundError(f"{exp}: --resume given but there is no checkpoint to resume from")
@@ -438,6 +440,7 @@ def _train(cfg: Config, exp: Path, resume: bool, env: DistEnv) -> dict[str, Any]
     # skipped/seen files count the current epoch (data.max_skip_ratio is a share of an epoch)
     counters = {"bad_steps": 0, "oom_batches": 0, "skipped_files": 0, "seen_files": 0}
     if ck is not None:
+        _check_same_shapes(ck["model"], model, found[0])
         model.load_state_dict(ck["model"])
         optimizer.load_state_dict(ck["optimizer"])
         scheduler.load_state_dict(ck["scheduler"])
@@ -519,7 +522,7 @@ def _train(cfg: Config, exp: Path, resume: bool, env: DistEnv) -> dict[str, Any]
             },
             path,
         )
-        (exp / "checkpoints" / "best.json").write_text(json.dumps(best, indent=1))
+        atomic_write_text(exp / "checkpoints" / "best.json", json.dumps(best, indent=1))
         prune_checkpoints(exp, tcfg.keep_last, {b["name"] for b in best})
         log.info("saved %s", path)
 
@@ -721,7 +724,7 @@ def _train(cfg: Config, exp: Path, resume: bool, env: DistEnv) -> dict[str, Any]
 
 
 SHAPE_KEYS = ("input_dim", "d_model", "heads", "ffn_dim", "encoder_layers", "decoder_layers", "frontend", "stack",
-              "norm", "vocab_size")  # fmt: skip
+              "conv_channels", "conv_stack", "norm", "vocab_size")  # fmt: skip
 
 
 def _check_same_model(saved_model: dict[str, Any], cfg: Config, exp: Path) -> None:
@@ -737,6 +740,22 @@ def _check_same_model(saved_model: dict[str, Any], cfg: Config, exp: Path) -> No
                 f"use another --out for a different model"
             )
         log.warning("model.%s changed from %r to %r since the checkpoint: the run continues with %r", k, v, now, now)
+
+
+def _check_same_shapes(saved: dict[str, torch.Tensor], model: torch.nn.Module, path: Path) -> None:
+    """The checkpoint's tensors fit the model the config builds: the first misfit is named."""
+    own = model.state_dict()
+    for name, t in own.items():
+        if name not in saved:
+            raise ConfigError(f"{path}: has no tensor {name!r}, which the model the config describes needs")
+        if tuple(saved[name].shape) != tuple(t.shape):
+            raise ConfigError(
+                f"{path}: tensor {name!r} has shape {tuple(saved[name].shape)}, the model the config describes "
+                f"needs {tuple(t.shape)}; use another --out for a different model"
+            )
+    extra = sorted(set(saved) - set(own))
+    if extra:
+        raise ConfigError(f"{path}: tensor {extra[0]!r} is not in the model the config describes")
 
 
 def _update_best(best: list[dict], name: str, value: float, epoch: int, step: int, tcfg: TrainConfig) -> list[dict]:

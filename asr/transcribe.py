@@ -186,15 +186,7 @@ class Transcriber:
 
 def _settings(model, beam_size, mode, ctc_weight) -> DecodeConfig:
     base = model.config.decode if hasattr(model, "config") else DecodeConfig()
-    cfg = DecodeConfig(**asdict(base))
-    if beam_size is not None:
-        cfg.beam_size = beam_size
-    if mode is not None:
-        cfg.mode = mode
-    if ctc_weight is not None:
-        cfg.ctc_weight = ctc_weight
-    cfg.validate()
-    return cfg
+    return base.updated(beam_size=beam_size, mode=mode, ctc_weight=ctc_weight)
 
 
 def transcribe(

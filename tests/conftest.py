@@ -26,7 +26,10 @@ def data_root() -> Path:
     """The folder of real speech (LibriSpeech/, fsdd/, an4_sample/, ljspeech_sample/)."""
     root = find_data_root()
     if root is None:
-        pytest.skip("real speech not found: set ASR_TEST_DATA or place shared/data beside the repository")
+        why = "real speech not found: set ASR_TEST_DATA or place shared/data beside the repository"
+        if os.environ.get("ASR_REQUIRE_TEST_DATA") == "1":  # CI: a missing corpus fails, it is not a skip
+            pytest.fail(f"{why} (ASR_REQUIRE_TEST_DATA=1)", pytrace=False)
+        pytest.skip(why)
     return root
 
 

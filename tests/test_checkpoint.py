@@ -149,3 +149,21 @@ def test_average_checkpoints_into_model_dir(tmp_path):
         average_checkpoints(exp, 5, "last", tmp_path / "x")
     with pytest.raises(ValueError, match="--num 4 asked"):
         average_checkpoints(exp, 4, "best", tmp_path / "x")
+
+
+def test_atomic_write_keeps_the_old_file_on_error_and_stale_temporaries_are_removed(tmp_path):
+    from asr.atomic import atomic_write, atomic_write_text, remove_stale_temporaries, temporary_name
+
+    p = tmp_path / "best.json"
+    atomic_write_text(p, "one")
+    with pytest.raises(RuntimeError):
+        with atomic_write(p) as f:
+            f.write("two")
+            raise RuntimeError("killed")
+    assert p.read_text() == "one" and sorted(x.name for x in tmp_path.iterdir()) == ["best.json"]
+    dead = tmp_path / ".epoch_3.pt.tmp999999999"  # a writer that no longer exists (beyond any pid)
+    dead.write_bytes(b"torn")
+    live = temporary_name(tmp_path / "model.pt")  # this process is still writing it
+    live.write_bytes(b"in progress")
+    assert remove_stale_temporaries(tmp_path) == [dead]
+    assert live.exists() and p.read_text() == "one"

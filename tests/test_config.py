@@ -16,6 +16,7 @@ CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").rglob("*.yaml
 def test_shipped_configs_load_and_build(path):
     cfg = load_config(path, ["model.vocab_size=100"])
     assert ASRModel(cfg.model).num_parameters() > 0
+    assert cfg.train.precision == "auto"  # never one machine's instruction set in a config (asr.hardware)
 
 
 def test_overrides_and_roundtrip(tmp_path):
@@ -60,3 +61,16 @@ def test_broken_files_name_the_file(tmp_path):
         load_config(bad)
     with pytest.raises(ConfigError, match="no such config file"):
         load_config(tmp_path / "missing.yaml")
+
+
+def test_length_penalty_is_read_as_length_bonus_with_a_warning(tmp_path, caplog):
+    """Model directories written before the rename keep loading; the old name is a warning."""
+    p = tmp_path / "old.yaml"
+    p.write_text("decode:\n  length_penalty: 0.5\n")
+    with caplog.at_level("WARNING", logger="asr.config"):
+        assert load_config(p).decode.length_bonus == 0.5
+    assert "decode.length_penalty is the old name of decode.length_bonus" in caplog.text
+    p.write_text("decode:\n  length_penalty: 0.5\n  length_bonus: 1.0\n")
+    with pytest.raises(ConfigError, match="decode.length_penalty: the old name of decode.length_bonus"):
+        load_config(p)
+    assert load_config(None).decode.updated(length_bonus=None, beam_size=3).beam_size == 3

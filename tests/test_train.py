@@ -19,8 +19,8 @@ import pytest
 import torch
 import yaml
 
-from asr.checkpoint import list_checkpoints, load_model, safe_load
 from asr import speed
+from asr.checkpoint import list_checkpoints, load_model, safe_load
 from asr.config import ConfigError, TrainConfig, load_config
 from asr.train import LOG_FILE, TrainingAborted, lr_factor, train, word_errors
 
@@ -381,3 +381,22 @@ def test_plot_writes_png_or_says_what_is_missing(corpus, tmp_path):
     else:
         png = plot_run(tmp_path / "exp")
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_resume_names_the_first_tensor_that_does_not_fit(tmp_path):
+    """A checkpoint whose tensors do not match the model of the config is a clear error naming the
+    tensor and both shapes (conv_channels and conv_stack are checked by name too)."""
+    from asr.config import ModelConfig
+    from asr.model import ASRModel
+    from asr.train import SHAPE_KEYS, _check_same_shapes
+
+    assert {"conv_channels", "conv_stack"} <= set(SHAPE_KEYS)
+    cfg = dict(input_dim=40, d_model=32, heads=2, ffn_dim=64, encoder_layers=1, decoder_layers=1, vocab_size=8,
+               frontend="conv2d")  # fmt: skip
+    model = ASRModel(ModelConfig(**cfg, conv_channels=16))
+    saved = ASRModel(ModelConfig(**cfg, conv_channels=8)).state_dict()
+    with pytest.raises(ConfigError, match=r"tensor 'frontend.conv.0.weight' has shape \(8, 1, 3, 3\).*\(16, 1, 3, 3\)"):
+        _check_same_shapes(saved, model, tmp_path / "epoch_1.pt")
+    _check_same_shapes(model.state_dict(), model, tmp_path / "epoch_1.pt")
+    with pytest.raises(ConfigError, match="has no tensor 'ctc.bias'"):
+        _check_same_shapes({k: v for k, v in model.state_dict().items() if k != "ctc.bias"}, model, tmp_path)

@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ..atomic import atomic_write
+
 __all__ = ["ManifestError", "read_manifest", "write_manifest", "report_unmatched", "REQUIRED_KEYS"]
 
 log = logging.getLogger(__name__)
@@ -100,27 +102,21 @@ def write_manifest(path: str | os.PathLike, records: Iterable[dict[str, Any]]) -
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     base = p.absolute().parent
-    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
     n = 0
     ids: set[str] = set()
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            for rec in records:
-                missing = [k for k in REQUIRED_KEYS if k not in rec]
-                if missing:
-                    raise ManifestError(f"{p}: record {rec.get('id', n)!r} lacks {', '.join(missing)}")
-                if rec["id"] in ids:
-                    raise ManifestError(f"{p}: duplicate id {rec['id']!r}")
-                ids.add(rec["id"])
-                out = dict(rec)
-                audio = Path(os.path.normpath(Path(out["audio"]).absolute()))
-                out["audio"] = str(audio.relative_to(base)) if audio.is_relative_to(base) else str(audio)
-                f.write(json.dumps(out, ensure_ascii=False) + "\n")
-                n += 1
-        os.replace(tmp, p)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with atomic_write(p) as f:
+        for rec in records:
+            missing = [k for k in REQUIRED_KEYS if k not in rec]
+            if missing:
+                raise ManifestError(f"{p}: record {rec.get('id', n)!r} lacks {', '.join(missing)}")
+            if rec["id"] in ids:
+                raise ManifestError(f"{p}: duplicate id {rec['id']!r}")
+            ids.add(rec["id"])
+            out = dict(rec)
+            audio = Path(os.path.normpath(Path(out["audio"]).absolute()))
+            out["audio"] = str(audio.relative_to(base)) if audio.is_relative_to(base) else str(audio)
+            f.write(json.dumps(out, ensure_ascii=False) + "\n")
+            n += 1
     return n
 
 

@@ -42,7 +42,7 @@ def _recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeC
             mem_lens,
             beam_size=cfg.beam_size,
             ctc_weight=cfg.ctc_weight,
-            length_bonus=cfg.length_penalty,
+            length_bonus=cfg.length_bonus,
             length_norm=cfg.length_norm,
             max_len_ratio=cfg.max_len_ratio,
         )
@@ -57,5 +57,5 @@ def _recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeC
     if cfg.mode == "ctc_beam":
         return [h[0] for h in nbest]
     if cfg.mode == "rescore":
-        return attention_rescoring(model, memory, mem_lens, nbest, cfg.ctc_weight, cfg.length_penalty)
+        return attention_rescoring(model, memory, mem_lens, nbest, cfg.ctc_weight, cfg.length_bonus)
     raise ValueError(f"decode.mode: expected 'attention', 'ctc_greedy', 'ctc_beam' or 'rescore', got {cfg.mode!r}")

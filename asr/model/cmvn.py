@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..atomic import atomic_write_text
+
 __all__ = ["CMVNStats", "GlobalCMVN"]
 
 
@@ -66,10 +68,7 @@ class CMVNStats:
             "mean": mean.tolist(),
             "istd": istd.tolist(),
         }
-        p = Path(path)
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, p)
+        atomic_write_text(path, json.dumps(data))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> CMVNStats:
