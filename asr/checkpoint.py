@@ -20,6 +20,7 @@ import torch
 
 from .atomic import atomic_write
 from .config import Config, load_config, save_config
+from .text import TOKENIZER_FILE
 
 __all__ = [
     "atomic_save",
@@ -39,7 +40,6 @@ __all__ = [
 
 MODEL_FILE = "model.pt"
 CONFIG_FILE = "config.yaml"
-TOKENIZER_FILE = "tokenizer.model"
 CMVN_FILE = "cmvn.json"
 CHECKPOINT_DIR = "checkpoints"
 

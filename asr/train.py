@@ -217,15 +217,11 @@ def _logged_step(line: str) -> float:
 
 
 def word_errors(ref: str, hyp: str) -> tuple[int, int]:
-    """(edit distance in words, reference words) of two normalised transcripts."""
-    r, h = ref.split(), hyp.split()
-    prev = list(range(len(h) + 1))
-    for i, rw in enumerate(r, 1):
-        cur = [i] + [0] * len(h)
-        for j, hw in enumerate(h, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (rw != hw))
-        prev = cur
-    return prev[-1], len(r)
+    """(edit distance in words, reference words) of two normalised transcripts (``asr.scoring``'s)."""
+    from .scoring import edit_distance
+
+    r = ref.split()
+    return edit_distance(r, hyp.split()), len(r)
 
 
 # ----------------------------------------------------------------------------- data

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import torch
 
 from ..model.asr_model import BLANK_ID
-from ..model.transformer import DecoderCache
 from .ctc_prefix_score import CTCPrefixScorer
 from .greedy import max_lengths
 
@@ -39,13 +38,6 @@ class Hypothesis:
 
     tokens: list[int]
     score: float
-
-
-def _reorder_self_kv(cache: DecoderCache, index: torch.Tensor) -> DecoderCache:
-    """Reorder hypotheses within their utterances: self-attention K/V follow ``index``; the
-    cross-attention K/V (one row per utterance) stay put."""
-    self_kv = [None if kv is None else (kv[0][index], kv[1][index]) for kv in cache.self_kv]
-    return DecoderCache(self_kv, cache.cross_kv, cache.memory_keep)
 
 
 @torch.inference_mode()
@@ -151,7 +143,7 @@ def beam_search(
         sel_parent = parent.gather(1, order).flatten()  # (B*W,)
         tokens = tok.gather(1, order).flatten()
         seqs = torch.cat([seqs[sel_parent], tokens.unsqueeze(1)], dim=1)
-        cache = _reorder_self_kv(cache, sel_parent)
+        cache = cache.reorder_self(sel_parent)  # cross K/V: one row per utterance, shared by its beams
         if scorer is not None:
             sel_k = (flat % kc).gather(1, order).flatten()
             state = scorer.extend(state, sel_parent, tokens, psi[sel_parent, sel_k])

@@ -8,10 +8,10 @@ import torch
 
 from ..model.asr_model import BLANK_ID
 from .beam_search import Hypothesis
+from .ctc_prefix_score import NEG_INF
 
 __all__ = ["ctc_prefix_beam_search", "attention_rescoring"]
 
-NEG_INF = -math.inf
 
 
 def _logadd(*xs: float) -> float:

@@ -110,11 +110,13 @@ class DecoderCache:
         ``cross_index`` selects the cross-attention entries separately; by default ``index`` too.
         """
         ci = index if cross_index is None else cross_index
-        return DecoderCache(
-            self_kv=[None if kv is None else (kv[0][index], kv[1][index]) for kv in self.self_kv],
-            cross_kv=[(k[ci], v[ci]) for k, v in self.cross_kv],
-            memory_keep=self.memory_keep[ci],
-        )
+        cross = DecoderCache(self.self_kv, [(k[ci], v[ci]) for k, v in self.cross_kv], self.memory_keep[ci])
+        return cross.reorder_self(index)
+
+    def reorder_self(self, index: torch.Tensor) -> DecoderCache:
+        """Keep (reorder, repeat) self-attention entries ``index``; cross-attention entries stay as they are."""
+        self_kv = [None if kv is None else (kv[0][index], kv[1][index]) for kv in self.self_kv]
+        return DecoderCache(self_kv, self.cross_kv, self.memory_keep)
 
 
 class DecoderLayer(nn.Module):
