@@ -26,6 +26,7 @@ import logging
 import math
 import os
 import random
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -52,51 +53,19 @@ from .checkpoint import (
 )
 from .config import Config, ConfigError, TrainConfig, save_config
 from .hardware import autocast, cpu_info, resolve_precision
+from .runtime import LOG_FILE, DistEnv, MetricsLog, StopFlag, all_reduce, rng_state, set_rng_state, setup_distributed
+from .text import TOKENIZER_FILE
 
 __all__ = ["train", "lr_factor", "setup_distributed", "word_errors", "TrainingAborted", "LOG_FILE"]
 
 log = logging.getLogger(__name__)
 
-LOG_FILE = "train_log.jsonl"
 CMVN_MAX_UTTERANCES = 2000  # CMVN from a fixed random subset of the training set: plenty for 80 means/variances
 SKIP_CHECK_MIN = 1000  # files seen in an epoch before data.max_skip_ratio is checked mid-epoch
 
 
 class TrainingAborted(RuntimeError):
     """Training stopped on a fault (too many bad steps, too many unreadable files)."""
-
-
-# ----------------------------------------------------------------------------- small pieces
-@dataclass
-class DistEnv:
-    """Where this process sits: rank, world size, device. World size 1 when not under torchrun."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    device: torch.device
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-
-def setup_distributed(device: str = "auto") -> DistEnv:
-    """Join the process group torchrun describes (``WORLD_SIZE`` > 1), else a single process."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    use_cuda = torch.cuda.is_available() if device == "auto" else device.startswith("cuda")
-    if use_cuda and not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: CUDA is not available on this machine")
-    if use_cuda:
-        torch.cuda.set_device(local)
-        dev = torch.device("cuda", local)
-    else:
-        dev = torch.device("cpu")
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if use_cuda else "gloo")
-    return DistEnv(rank, world, local, dev)
 
 
 def lr_factor(step: int, cfg: TrainConfig, total_steps: int) -> float:
@@ -117,103 +86,6 @@ def lr_factor(step: int, cfg: TrainConfig, total_steps: int) -> float:
     floor = cfg.min_lr / cfg.lr
     progress = min(1.0, (s - w) / max(1, total_steps - w))
     return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def rng_state(specaug: torch.Generator) -> dict[str, Any]:
-    """Every RNG this process draws from, as tensors and plain types (``weights_only`` loadable)."""
-    np_state = np.random.get_state()
-    return {
-        "python": random.getstate(),
-        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *map(float, np_state[2:])],
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "specaugment": specaug.get_state(),
-    }
-
-
-def set_rng_state(state: dict[str, Any], specaug: torch.Generator) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), int(pos), int(has_gauss), cached))
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    specaug.set_state(state["specaugment"])
-
-
-def all_reduce(values: list[float], env: DistEnv, op: str = "sum") -> list[float]:
-    """Sum (or max) a few numbers over ranks: one small collective; float64 so counts stay exact."""
-    t = torch.tensor(values, dtype=torch.float64)
-    if env.world_size > 1:
-        if env.device.type == "cuda":
-            t = t.to(env.device)
-        dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
-    return t.cpu().tolist()
-
-
-class StopFlag:
-    """SIGTERM/SIGINT set a flag that the loop checks after each step (save, then exit cleanly).
-    A second SIGINT interrupts at once."""
-
-    def __init__(self):
-        self.signum = 0
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> StopFlag:
-        for s in (signal.SIGTERM, signal.SIGINT):
-            self._old[s] = signal.signal(s, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        if self.signum == signal.SIGINT and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.signum = signum
-        log.warning("%s received: finishing this step, saving a checkpoint, exiting", signal.Signals(signum).name)
-
-    def __exit__(self, *exc) -> None:
-        for s, h in self._old.items():
-            signal.signal(s, h)
-
-
-class MetricsLog:
-    """JSON Lines (and TensorBoard when installed) on rank 0. On resume, records after the
-    checkpoint's step are dropped, so the log reads as one uninterrupted run."""
-
-    def __init__(self, exp: Path, resume_step: int | None):
-        self.path = exp / LOG_FILE
-        if resume_step is not None and self.path.is_file():
-            keep = [ln for ln in self.path.read_text().splitlines() if _logged_step(ln) <= resume_step]
-            atomic_write_text(self.path, "".join(ln + "\n" for ln in keep))
-        self.f = open(self.path, "a")
-        self.tb = None
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb = SummaryWriter(str(exp / "tensorboard"), purge_step=resume_step)
-        except ImportError:
-            log.debug("tensorboard not installed: JSON Lines log only")
-
-    def write(self, record: dict[str, Any]) -> None:
-        self.f.write(json.dumps(record) + "\n")
-        self.f.flush()
-        if self.tb is not None:
-            for k, v in record.items():
-                if k not in ("step", "epoch", "time", "kind") and isinstance(v, int | float):
-                    self.tb.add_scalar(f"{record['kind']}/{k}", v, record["step"])
-
-    def close(self) -> None:
-        self.f.close()
-        if self.tb is not None:
-            self.tb.close()
-
-
-def _logged_step(line: str) -> float:
-    """Step of a log line; a torn last line (the process was killed mid-write) counts as after any step."""
-    try:
-        return json.loads(line)["step"]
-    except (json.JSONDecodeError, KeyError, TypeError):
-        return math.inf
 
 
 def word_errors(ref: str, hyp: str) -> tuple[int, int]:
@@ -251,6 +123,15 @@ def build_data(cfg: Config, tokenizer, model) -> dict[str, tuple[list[dict], Any
             raise ValueError(f"{path}: no utterances left after filtering (the log says why)")
         sets[name] = (records, ASRDataset(records, tokenizer, cfg.data, train=train, seed=cfg.train.seed))
     return sets
+
+
+def make_sampler(durations: list[float], cfg: Config, env: DistEnv, shuffle: bool):
+    """This rank's duration-bucketed batches (``data.max_frames`` padded frames, ``max_utterances``)."""
+    from .data.sampler import DynamicBucketSampler
+
+    d = cfg.data
+    return DynamicBucketSampler(durations, d.max_frames, d.max_utterances, d.num_buckets, seed=cfg.train.seed,
+                                rank=env.rank, world_size=env.world_size, shuffle=shuffle)  # fmt: skip
 
 
 def make_loader(dataset, sampler, cfg: Config, epoch: int, device: torch.device):
@@ -349,374 +230,353 @@ def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str
     return summary
 
 
+@dataclass
+class StepStats:
+    """What one optimiser step saw, summed over ranks and micro-batches (losses summed per utterance)."""
+
+    utts: float = 0.0  # utterances in the global batch: what losses are normalised by
+    loss: float = 0.0
+    loss_att: float = 0.0
+    loss_ctc: float = 0.0
+    correct: float = 0.0  # decoder tokens predicted right, and their count
+    tokens: float = 0.0
+    nonfinite: float = 0.0  # micro-batches whose loss was not finite
+    stop: float = 0.0  # a rank received SIGTERM/SIGINT
+    oom: bool = False  # this (single) process ran out of memory on a micro-batch: the step was skipped
+
+
 def _train(cfg: Config, exp: Path, resume: bool, env: DistEnv) -> dict[str, Any]:
-    from tqdm import tqdm
+    return Trainer(cfg, exp, resume, env).run()
 
-    from .data.dataset import add_noise, check_skip_ratio, spec_augment, tempo_perturb
-    from .data.sampler import DynamicBucketSampler
-    from .model import ASRModel
-    from .model.cmvn import CMVNStats
-    from .text import Tokenizer
 
-    tcfg = cfg.train
-    precision = resolve_precision(tcfg.precision, env.device)
+class Trainer:
+    """One training run: setup in ``__init__``, then :meth:`run` = epochs of :meth:`train_step` and
+    :meth:`end_epoch`; :meth:`save` writes a checkpoint that resumes exactly."""
 
-    # --- where we start: a checkpoint of this experiment, or nothing
-    if env.is_main:
-        for folder in (exp, exp / "checkpoints"):  # what a writer killed mid-write left behind
-            remove_stale_temporaries(folder)
-    found = load_latest_checkpoint(exp, "cpu")
-    if resume and found is None:
-        raise FileNotFoundError(f"{exp}: --resume given but there is no checkpoint to resume from")
-    ck = found[1] if found else None
-    if ck is not None:
-        _check_same_model(ck["config"]["model"], cfg, exp)
+    def __init__(self, cfg: Config, exp: Path, resume: bool, env: DistEnv):
+        from .model import ASRModel
+        from .model.cmvn import CMVNStats
+        from .text import Tokenizer
+
+        self.cfg, self.tcfg, self.exp, self.env = cfg, cfg.train, exp, env
+        tcfg = cfg.train
+        self.precision = resolve_precision(tcfg.precision, env.device)
+        # --- where we start: a checkpoint of this experiment, or nothing
         if env.is_main:
-            log.info("resuming %s from %s (epoch %d, step %d)", exp, found[0].name, ck["epoch"], ck["step"])
+            for folder in (exp, exp / "checkpoints"):  # what a writer killed mid-write left behind
+                remove_stale_temporaries(folder)
+        found = load_latest_checkpoint(exp, "cpu")
+        if resume and found is None:
+            raise FileNotFoundError(f"{exp}: --resume given but there is no checkpoint to resume from")
+        ck = found[1] if found else None
+        if ck is not None:
+            _check_same_model(ck["config"]["model"], cfg, exp)
+            if env.is_main:
+                log.info("resuming %s from %s (epoch %d, step %d)", exp, found[0].name, ck["epoch"], ck["step"])
+        # --- tokenizer, model, data, model directory files
+        self.tokenizer = tokenizer = Tokenizer.load(cfg.data.tokenizer or exp)
+        if cfg.model.vocab_size not in (0, tokenizer.vocab_size):
+            raise ConfigError(
+                f"model.vocab_size: {cfg.model.vocab_size}, but the tokenizer {tokenizer.model_path} has "
+                f"{tokenizer.vocab_size} ids; leave it 0 to take the tokenizer's"
+            )
+        cfg.model.vocab_size = tokenizer.vocab_size
+        torch.manual_seed(tcfg.seed)  # the same initial weights on every rank
+        self.raw_model = model = ASRModel(cfg.model).to(env.device)
+        rank_seed = tcfg.seed * 1_000_003 + 1 + env.rank  # then a stream per rank (dropout differs across ranks)
+        torch.manual_seed(rank_seed)
+        random.seed(rank_seed)
+        np.random.seed(rank_seed % 2**32)
+        data = build_data(cfg, tokenizer, model)
+        self.train_records, self.train_ds = data["train"]
+        cmvn_path = exp / CMVN_FILE
+        if env.is_main:
+            exp.mkdir(parents=True, exist_ok=True)
+            save_config(cfg, exp / CONFIG_FILE)
+            if Path(tokenizer.model_path).resolve() != (exp / TOKENIZER_FILE).resolve():
+                shutil.copyfile(tokenizer.model_path, exp / TOKENIZER_FILE)
+            if not cmvn_path.is_file():
+                stats = CMVNStats.load(cfg.data.cmvn) if cfg.data.cmvn else compute_cmvn(self.train_records, cfg)
+                stats.save(cmvn_path)
+        if env.world_size > 1:
+            dist.barrier()
+        model.cmvn.load_stats(CMVNStats.load(cmvn_path))
+        # --- sampler, optimiser, schedule, scaler. Speed perturbation lengthens audio by up to
+        # 1/min(factor): batches are budgeted for the longest case.
+        stretch = 1.0 / min(cfg.data.speed_perturb) if cfg.data.speed_perturb else 1.0
+        self.sampler = make_sampler([r["duration"] * stretch for r in self.train_records], cfg, env, shuffle=True)
+        total_steps = tcfg.max_steps or math.ceil(len(self.sampler) / tcfg.accum_grad) * tcfg.epochs
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": tcfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        opt_cls = torch.optim.AdamW if tcfg.optimizer == "adamw" else torch.optim.Adam
+        self.optimizer = opt_cls(groups, lr=tcfg.lr, betas=tuple(tcfg.betas), eps=tcfg.eps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, tcfg, total_steps))
+        self.scaler = torch.amp.GradScaler(env.device.type, enabled=self.precision == "fp16")
+        self.augment_gen = torch.Generator().manual_seed(tcfg.seed * 1_000_003 + env.rank)
+        self.step = self.epoch = self.bad_in_row = 0
+        self.best: list[dict[str, Any]] = []
+        # skipped/seen files count the current epoch (data.max_skip_ratio is a share of an epoch)
+        self.counters = {"bad_steps": 0, "oom_batches": 0, "skipped_files": 0, "seen_files": 0}
+        if ck is not None:
+            self._restore(ck, found[0])
+        self.model = DDP(model, device_ids=[env.local_rank] if env.device.type == "cuda" else None) if (
+            env.world_size > 1) else model  # fmt: skip
+        self.dev = None
+        if data["dev"] is not None:
+            dev_records, dev_ds = data["dev"]
+            dev_sampler = make_sampler([r["duration"] for r in dev_records], cfg, env, shuffle=False)
+            self.dev = (dev_ds, dev_sampler, {r["id"]: r for r in dev_records})
+        self.metrics_log = MetricsLog(exp, self.step if ck is not None else None) if env.is_main else None
+        if env.is_main:
+            self._log_setup()
 
-    # --- tokenizer, vocabulary, model directory files
-    tokenizer = Tokenizer.load(cfg.data.tokenizer or exp)
-    if cfg.model.vocab_size not in (0, tokenizer.vocab_size):
-        raise ConfigError(
-            f"model.vocab_size: {cfg.model.vocab_size}, but the tokenizer {tokenizer.model_path} has "
-            f"{tokenizer.vocab_size} ids; leave it 0 to take the tokenizer's"
-        )
-    cfg.model.vocab_size = tokenizer.vocab_size
-    torch.manual_seed(tcfg.seed)  # the same initial weights on every rank
-    model = ASRModel(cfg.model).to(env.device)
-    rank_seed = tcfg.seed * 1_000_003 + 1 + env.rank  # then a stream per rank (dropout differs across ranks)
-    torch.manual_seed(rank_seed)
-    random.seed(rank_seed)
-    np.random.seed(rank_seed % 2**32)
-    data = build_data(cfg, tokenizer, model)
-    train_records, train_ds = data["train"]
-
-    cmvn_path = exp / CMVN_FILE
-    if env.is_main:
-        exp.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, exp / CONFIG_FILE)
-        if Path(tokenizer.model_path).resolve() != (exp / "tokenizer.model").resolve():
-            import shutil
-
-            shutil.copyfile(tokenizer.model_path, exp / "tokenizer.model")
-        if not cmvn_path.is_file():
-            stats = CMVNStats.load(cfg.data.cmvn) if cfg.data.cmvn else compute_cmvn(train_records, cfg)
-            stats.save(cmvn_path)
-    if env.world_size > 1:
-        dist.barrier()
-    model.cmvn.load_stats(CMVNStats.load(cmvn_path))
-
-    # --- sampler, optimiser, schedule, scaler
-    # Speed perturbation lengthens audio by up to 1/min(factor): budget batches for the longest case.
-    stretch = 1.0 / min(cfg.data.speed_perturb) if cfg.data.speed_perturb else 1.0
-    sampler = DynamicBucketSampler(
-        [r["duration"] * stretch for r in train_records],
-        cfg.data.max_frames,
-        cfg.data.max_utterances,
-        cfg.data.num_buckets,
-        seed=tcfg.seed,
-        rank=env.rank,
-        world_size=env.world_size,
-        shuffle=True,
-    )
-    steps_per_epoch = math.ceil(len(sampler) / tcfg.accum_grad)
-    total_steps = tcfg.max_steps or steps_per_epoch * tcfg.epochs
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": tcfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    opt_cls = torch.optim.AdamW if tcfg.optimizer == "adamw" else torch.optim.Adam
-    optimizer = opt_cls(groups, lr=tcfg.lr, betas=tuple(tcfg.betas), eps=tcfg.eps)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, tcfg, total_steps))
-    scaler = torch.amp.GradScaler(env.device.type, enabled=precision == "fp16")
-    specaug_gen = torch.Generator().manual_seed(tcfg.seed * 1_000_003 + env.rank)
-
-    step = 0
-    epoch = 0
-    best: list[dict[str, Any]] = []
-    # skipped/seen files count the current epoch (data.max_skip_ratio is a share of an epoch)
-    counters = {"bad_steps": 0, "oom_batches": 0, "skipped_files": 0, "seen_files": 0}
-    if ck is not None:
-        _check_same_shapes(ck["model"], model, found[0])
-        model.load_state_dict(ck["model"])
-        optimizer.load_state_dict(ck["optimizer"])
-        scheduler.load_state_dict(ck["scheduler"])
-        scaler.load_state_dict(ck["scaler"])
-        sampler.load_state_dict(ck["sampler"])
-        step, epoch, best = ck["step"], ck["epoch"], ck["best"]
-        counters.update(ck["counters"])
-        if ck["world_size"] == env.world_size:
-            set_rng_state(ck["rng"][env.rank], specaug_gen)
+    def _restore(self, ck: dict[str, Any], path: Path) -> None:
+        _check_same_shapes(ck["model"], self.raw_model, path)
+        self.raw_model.load_state_dict(ck["model"])
+        self.optimizer.load_state_dict(ck["optimizer"])
+        self.scheduler.load_state_dict(ck["scheduler"])
+        self.scaler.load_state_dict(ck["scaler"])
+        self.sampler.load_state_dict(ck["sampler"])
+        self.step, self.epoch, self.best = ck["step"], ck["epoch"], ck["best"]
+        self.counters.update(ck["counters"])
+        if ck["world_size"] == self.env.world_size:
+            set_rng_state(ck["rng"][self.env.rank], self.augment_gen)
         else:
-            log.warning("checkpoint from %d processes, now %d: RNG streams restart", ck["world_size"], env.world_size)
-    raw_model = model
-    if env.world_size > 1:
-        model = DDP(model, device_ids=[env.local_rank] if env.device.type == "cuda" else None)
+            log.warning("checkpoint from %d processes, now %d: RNG streams restart", ck["world_size"],
+                        self.env.world_size)  # fmt: skip
 
-    if data["dev"] is not None:
-        dev_records, dev_ds = data["dev"]
-        dev_sampler = DynamicBucketSampler(
-            [r["duration"] for r in dev_records],
-            cfg.data.max_frames,
-            cfg.data.max_utterances,
-            cfg.data.num_buckets,
-            seed=tcfg.seed,
-            rank=env.rank,
-            world_size=env.world_size,
-            shuffle=False,
-        )
-        dev_by_id = {r["id"]: r for r in dev_records}
+    def _log_setup(self) -> None:
+        """What this run computes with, in the metrics log (a resumed run adds its own record) and the log."""
+        env = self.env
+        self.metrics_log.write({
+            "kind": "setup", "step": self.step, "epoch": self.epoch, "precision": self.precision,
+            "device": str(env.device), "world_size": env.world_size, "cpu": cpu_info().summary(),
+            "speed_paths": speed.active(), "torch": torch.__version__, "time": time.time(),
+        })  # fmt: skip
+        recs = self.train_records
+        log.info("model %s parameters, %d train utterances (%.1f h), %d batches/epoch/rank (%.1f%% padding), "
+                 "precision %s, %d process(es)", f"{self.raw_model.num_parameters():,}", len(recs),
+                 sum(r["duration"] for r in recs) / 3600, len(self.sampler), 100 * self.sampler.padding_ratio(),
+                 self.precision, env.world_size)  # fmt: skip
 
-    metrics_log = MetricsLog(exp, step if ck is not None else None) if env.is_main else None
-    if env.is_main:  # what this run computes with (a resumed run adds its own record)
-        metrics_log.write({"kind": "setup", "step": step, "epoch": epoch, "precision": precision,
-                           "device": str(env.device), "world_size": env.world_size, "cpu": cpu_info().summary(),
-                           "speed_paths": speed.active(), "torch": torch.__version__, "time": time.time()})  # fmt: skip
-        log.info(
-            "model %s parameters, %d train utterances (%.1f h), %d batches/epoch/rank (%.1f%% padding), "
-            "precision %s, %d process(es)",
-            f"{raw_model.num_parameters():,}",
-            len(train_records),
-            sum(r["duration"] for r in train_records) / 3600,
-            len(sampler),
-            100 * sampler.padding_ratio(),
-            precision,
-            env.world_size,
-        )
-
-    def save(kind: str, batches_done: int, metrics: dict[str, float] | None = None) -> None:
+    # ------------------------------------------------------------------------- checkpoints
+    def save(self, kind: str, batches_done: int, metrics: dict[str, float] | None = None) -> None:
         """Checkpoint (all ranks take part: RNG states are gathered), written by rank 0."""
-        nonlocal best
-        states = [rng_state(specaug_gen)]
+        env, tcfg = self.env, self.tcfg
+        states = [rng_state(self.augment_gen)]
         if env.world_size > 1:
             gathered: list[Any] = [None] * env.world_size
             dist.all_gather_object(gathered, states[0])
             states = gathered
         if not env.is_main:
             return
-        number = epoch if kind == "epoch" else step  # epoch: the number of finished epochs
-        path = checkpoint_path(exp, kind, number)
+        path = checkpoint_path(self.exp, kind, self.epoch if kind == "epoch" else self.step)  # epoch: finished ones
         if metrics and tcfg.best_metric in metrics:
-            best = _update_best(best, path.name, metrics[tcfg.best_metric], epoch, step, tcfg)
+            self.best = _update_best(self.best, path.name, metrics[tcfg.best_metric], self.epoch, self.step, tcfg)
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_save(
-            {
-                "model": raw_model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "scaler": scaler.state_dict(),
-                "sampler": sampler.state_dict(batches_done),
-                "rng": states,
-                "world_size": env.world_size,
-                "step": step,
-                "epoch": epoch,
-                "kind": kind,
-                "metrics": metrics or {},
-                "best": best,
-                "best_metric": tcfg.best_metric,
-                "counters": dict(counters),
-                "config": cfg.to_dict(),
-            },
-            path,
-        )
-        atomic_write_text(exp / "checkpoints" / "best.json", json.dumps(best, indent=1))
-        prune_checkpoints(exp, tcfg.keep_last, {b["name"] for b in best})
+        atomic_save({
+            "model": self.raw_model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
+            "sampler": self.sampler.state_dict(batches_done), "rng": states, "world_size": env.world_size,
+            "step": self.step, "epoch": self.epoch, "kind": kind, "metrics": metrics or {}, "best": self.best,
+            "best_metric": tcfg.best_metric, "counters": dict(self.counters), "config": self.cfg.to_dict(),
+        }, path)  # fmt: skip
+        atomic_write_text(self.exp / "checkpoints" / "best.json", json.dumps(self.best, indent=1))
+        prune_checkpoints(self.exp, tcfg.keep_last, {b["name"] for b in self.best})
         log.info("saved %s", path)
 
-    # --- the loop
-    summary: dict[str, Any] = {"stopped_by": None}
-    model.train()
-    t_last = time.time()
-    audio_since = 0.0
-    bad_in_row = 0
-    with StopFlag() as stop:
-        while epoch < tcfg.epochs and not (tcfg.max_steps and step >= tcfg.max_steps):
-            sampler.set_epoch(epoch)
-            train_ds.set_epoch(epoch)
-            batches_done = sampler.pos
-            if batches_done == 0:
-                counters["skipped_files"] = counters["seen_files"] = 0
-            batches: Iterator = iter(make_loader(train_ds, sampler, cfg, epoch, env.device))
-            bar = tqdm(
-                total=len(sampler),
-                initial=batches_done,
-                desc=f"epoch {epoch + 1}",
-                unit="batch",
-                disable=None if env.is_main else True,
-                dynamic_ncols=True,
+    # ------------------------------------------------------------------------- one step
+    def _augment(self, batch) -> tuple[torch.Tensor, ...]:
+        """The batch on the device, with the training augmentations that act on whole batches."""
+        from .data.dataset import add_noise, spec_augment, tempo_perturb
+
+        d, g = self.cfg.data, self.augment_gen
+        batch = batch.to(self.env.device, non_blocking=True)
+        feats, feat_lens = batch.feats, batch.feat_lens
+        sa = d.specaugment
+        if sa is not None and sa.tempo > 0:
+            feats, feat_lens = tempo_perturb(feats, feat_lens, sa.tempo, sa.tempo_span, g)
+        if d.noise.prob > 0:
+            feats = add_noise(feats, feat_lens, d.noise, d.sample_rate, g)
+        if sa is not None:
+            feats = spec_augment(feats, feat_lens, sa, g, d.sample_rate)
+        return feats, feat_lens, batch.tokens, batch.token_lens
+
+    def train_step(self, group: list, stop_signal: int) -> StepStats:
+        """Forward and backward of every micro-batch in ``group`` (gradients synchronised on the last),
+        then, unless the loss or gradient is not finite, clipping and the optimiser update."""
+        env, tcfg = self.env, self.tcfg
+        # (1) the global utterance count this step normalises by; audio seconds; unreadable files
+        local = [sum(b.feats.shape[0] for b in group), sum(b.skipped for b in group),
+                 sum(sum(b.durations) for b in group)]  # fmt: skip
+        g_utts, g_skipped, g_audio = all_reduce(local, env)
+        self.audio_since += g_audio
+        self.counters["skipped_files"] += int(g_skipped)
+        self.counters["seen_files"] += int(g_utts + g_skipped)
+        if self.counters["seen_files"] >= SKIP_CHECK_MIN:  # fail early when most of the data is unreadable
+            self._check_skip_ratio()
+        # (2) forward/backward every micro-batch
+        sums = torch.zeros(6, dtype=torch.float64, device=env.device)  # loss att ctc correct tokens nonfinite
+        for i, batch in enumerate(group):
+            last = i == len(group) - 1
+            b = batch.feats.shape[0]
+            inputs = self._augment(batch) if b else dummy_batch(self.raw_model, env.device)
+            weight = b * env.world_size / max(g_utts, 1)  # DDP averages over ranks; undo, then / global
+            try:
+                with contextlib.nullcontext() if last or env.world_size == 1 else self.model.no_sync():
+                    with autocast(self.precision, env.device):
+                        out = self.model(*inputs)
+                    self.scaler.scale(out["loss"] * weight).backward()
+            except torch.OutOfMemoryError as e:
+                if env.world_size > 1:  # the other ranks wait in the all-reduce: no safe way to skip
+                    raise TrainingAborted(
+                        f"out of memory on rank {env.rank} (batch of {b} utterances) under DDP: lower "
+                        f"data.max_frames; the last checkpoint in {self.exp / 'checkpoints'} is kept"
+                    ) from e
+                log.warning("out of memory on a batch of %d utterances (%s...): skipped", b, batch.ids[:1])
+                self.optimizer.zero_grad(set_to_none=True)
+                if env.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                self.counters["oom_batches"] += 1
+                return StepStats(utts=g_utts, oom=True)
+            if b:
+                loss = out["loss"].detach().double()
+                sums[:3] += torch.stack([loss, out["loss_att"].double(), out["loss_ctc"].double()]) * b
+                if "num_tokens" in out:
+                    sums[3] += out["acc"].double() * out["num_tokens"]
+                    sums[4] += out["num_tokens"]
+                sums[5] += (~torch.isfinite(loss)).double()
+        # (3) agree on the step's numbers, non-finite losses and stopping; clip; update
+        stats = StepStats(g_utts, *all_reduce([*sums.tolist(), float(stop_signal)], env))
+        bad = stats.nonfinite > 0
+        if not bad:
+            self.scaler.unscale_(self.optimizer)
+            max_norm = tcfg.grad_clip if tcfg.grad_clip > 0 else float("inf")
+            self.grad_norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), max_norm)
+            # Gradients are all-reduced, so every rank sees the same norm. Under fp16 an overflow
+            # is the GradScaler's business (it skips the update and lowers the scale).
+            bad = not self.scaler.is_enabled() and not bool(torch.isfinite(self.grad_norm))
+        if bad:
+            self._bad_step("loss" if stats.nonfinite > 0 else "gradient")
+        else:
+            self.bad_in_row = 0
+            self.scaler.step(self.optimizer)  # skips the update itself when fp16 gradients overflowed
+            self.scaler.update()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scheduler.step()
+            self.step += 1
+        self.last_step_bad = bad
+        return stats
+
+    def _bad_step(self, what: str) -> None:
+        self.counters["bad_steps"] += 1
+        self.bad_in_row += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        log.warning("non-finite %s at step %d: step skipped (%d in a row)", what, self.step + 1, self.bad_in_row)
+        if self.bad_in_row >= self.tcfg.max_bad_steps:
+            raise TrainingAborted(
+                f"{self.bad_in_row} non-finite losses in a row (train.max_bad_steps={self.tcfg.max_bad_steps}) at "
+                f"step {self.step + 1}: lower train.lr, check the data, or try precision fp32; "
+                f"the last good checkpoint in {self.exp / 'checkpoints'} is kept"
             )
-            while True:
-                group = list(islice(batches, tcfg.accum_grad))
-                if not group:
-                    break
-                # (1) the global utterance count this step normalises by; audio seconds; unreadable files
-                local_utts = sum(b.feats.shape[0] for b in group)
-                local_skipped = sum(b.skipped for b in group)
-                local_audio = sum(sum(b.durations) for b in group)
-                g_utts, g_skipped, g_audio = all_reduce([local_utts, local_skipped, local_audio], env)
-                audio_since += g_audio
-                counters["skipped_files"] += int(g_skipped)
-                counters["seen_files"] += int(g_utts + g_skipped)
-                if counters["seen_files"] >= SKIP_CHECK_MIN:  # fail early when most of the data is unreadable
-                    check_skip_ratio(
-                        counters["skipped_files"], counters["seen_files"], cfg.data.max_skip_ratio, f"epoch {epoch + 1}"
-                    )
-                # (2) forward/backward every micro-batch, gradients synchronised on the last one
-                sums = torch.zeros(6, dtype=torch.float64, device=env.device)  # loss att ctc correct tokens bad
-                oom = False
-                for i, batch in enumerate(group):
-                    sync = i == len(group) - 1
-                    ctx = contextlib.nullcontext() if sync or env.world_size == 1 else model.no_sync()
-                    b = batch.feats.shape[0]
-                    if b:
-                        batch = batch.to(env.device, non_blocking=True)
-                        feats, feat_lens, toks, tok_lens = batch.feats, batch.feat_lens, batch.tokens, batch.token_lens
-                        sa = cfg.data.specaugment
-                        if sa is not None and sa.tempo > 0:
-                            feats, feat_lens = tempo_perturb(feats, feat_lens, sa.tempo, sa.tempo_span, specaug_gen)
-                        if cfg.data.noise.prob > 0:
-                            feats = add_noise(feats, feat_lens, cfg.data.noise, cfg.data.sample_rate, specaug_gen)
-                        if sa is not None:
-                            feats = spec_augment(
-                                feats, feat_lens, sa, specaug_gen, cfg.data.sample_rate
-                            )
-                    else:
-                        feats, feat_lens, toks, tok_lens = dummy_batch(raw_model, env.device)
-                    weight = b * env.world_size / max(g_utts, 1)  # DDP averages over ranks; undo, then / global
-                    try:
-                        with ctx:
-                            with autocast(precision, env.device):
-                                out = model(feats, feat_lens, toks, tok_lens)
-                            scaler.scale(out["loss"] * weight).backward()
-                    except torch.OutOfMemoryError as e:
-                        if env.world_size > 1:  # the other ranks wait in the all-reduce: no safe way to skip
-                            raise TrainingAborted(
-                                f"out of memory on rank {env.rank} (batch of {b} utterances) under DDP: lower "
-                                f"data.max_frames; the last checkpoint in {exp / 'checkpoints'} is kept"
-                            ) from e
-                        log.warning("out of memory on a batch of %d utterances (%s...): skipped", b, batch.ids[:1])
-                        oom = True
-                        break
-                    if b:
-                        loss = out["loss"].detach().double()
-                        sums[0] += loss * b
-                        sums[1] += out["loss_att"].double() * b
-                        sums[2] += out["loss_ctc"].double() * b
-                        if "num_tokens" in out:
-                            sums[3] += out["acc"].double() * out["num_tokens"]
-                            sums[4] += out["num_tokens"]
-                        sums[5] += (~torch.isfinite(loss)).double()
-                if oom:
-                    optimizer.zero_grad(set_to_none=True)
-                    if env.device.type == "cuda":
-                        torch.cuda.empty_cache()
-                    counters["oom_batches"] += 1
+
+    def _check_skip_ratio(self) -> None:
+        from .data.dataset import check_skip_ratio
+
+        c = self.counters
+        check_skip_ratio(c["skipped_files"], c["seen_files"], self.cfg.data.max_skip_ratio, f"epoch {self.epoch + 1}")
+
+    def _log_step(self, stats: StepStats, bar) -> None:
+        """Progress bar every step, a metrics record every ``log_interval`` steps (rank 0)."""
+        lr = self.optimizer.param_groups[0]["lr"]
+        now = time.time()
+        rate = self.audio_since / max(now - self.t_last, 1e-9)  # seconds of audio per second, all ranks
+        bar.set_postfix(loss=f"{stats.loss / stats.utts:.2f}", lr=f"{lr:.2e}", audio=f"{rate:.0f}s/s")
+        if self.step % self.tcfg.log_interval:
+            return
+        n = stats.utts
+        rec = {"kind": "train", "step": self.step, "epoch": self.epoch + 1, "loss": stats.loss / n,
+               "loss_att": stats.loss_att / n, "loss_ctc": stats.loss_ctc / n,
+               "acc": stats.correct / stats.tokens if stats.tokens else None, "lr": lr,
+               "grad_norm": float(self.grad_norm), "audio_s_per_s": rate, "time": now}  # fmt: skip
+        self.metrics_log.write(rec)
+        acc = "-" if rec["acc"] is None else f"{rec['acc']:.3f}"
+        log.info("epoch %d step %d loss %.3f acc %s lr %.3g %.0f audio-s/s", self.epoch + 1, self.step, rec["loss"],
+                 acc, lr, rate)  # fmt: skip
+        self.t_last, self.audio_since = now, 0.0
+
+    # ------------------------------------------------------------------------- epochs
+    def end_epoch(self, batches_done: int) -> dict[str, float]:
+        """Validate, checkpoint and refresh the model directory at an epoch's end (or at max_steps)."""
+        finished = batches_done >= len(self.sampler)
+        if finished:
+            self._check_skip_ratio()
+        metrics = {}
+        if self.dev is not None:
+            dev_ds, dev_sampler, dev_by_id = self.dev
+            dev_sampler.set_epoch(0)
+            loader = make_loader(dev_ds, dev_sampler, self.cfg, 0, self.env.device)
+            metrics = validate(self.raw_model, loader, dev_by_id, self.tokenizer, self.cfg, self.env, self.precision)
+            if self.env.is_main:
+                self.metrics_log.write({"kind": "dev", "step": self.step, "epoch": self.epoch + 1, **metrics,
+                                        "time": time.time()})  # fmt: skip
+                log.info("epoch %d dev: %s", self.epoch + 1, " ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
+        if finished:
+            self.epoch += 1
+            self.save("epoch", 0, metrics)
+        else:
+            self.save("step", batches_done, metrics)
+        if self.env.is_main:
+            save_model_dir(self.exp, self.cfg, self.raw_model.state_dict())
+        return metrics
+
+    def run(self) -> dict[str, Any]:
+        """Epochs until ``train.epochs`` (or ``max_steps``), or a stop signal (checkpoint, then return)."""
+        from tqdm import tqdm
+
+        tcfg, sampler = self.tcfg, self.sampler
+        summary: dict[str, Any] = {"stopped_by": None}
+        self.model.train()
+        self.t_last, self.audio_since = time.time(), 0.0
+        with StopFlag() as stop:
+            while self.epoch < tcfg.epochs and not (tcfg.max_steps and self.step >= tcfg.max_steps):
+                sampler.set_epoch(self.epoch)
+                self.train_ds.set_epoch(self.epoch)
+                batches_done = sampler.pos
+                if batches_done == 0:
+                    self.counters["skipped_files"] = self.counters["seen_files"] = 0
+                batches: Iterator = iter(make_loader(self.train_ds, sampler, self.cfg, self.epoch, self.env.device))
+                bar = tqdm(total=len(sampler), initial=batches_done, desc=f"epoch {self.epoch + 1}", unit="batch",
+                           disable=None if self.env.is_main else True, dynamic_ncols=True)  # fmt: skip
+                while group := list(islice(batches, tcfg.accum_grad)):
+                    stats = self.train_step(group, stop.signum)
                     batches_done += len(group)
                     bar.update(len(group))
-                    continue
-                # (3) agree on the step's numbers, non-finite losses and stopping; clip; update
-                loss_sum, att_sum, ctc_sum, correct, ntok, nonfinite, stop_any = all_reduce(
-                    [*sums.tolist(), float(stop.signum)], env
-                )
-                batches_done += len(group)
-                bar.update(len(group))
-                bad = nonfinite > 0
-                if not bad:
-                    scaler.unscale_(optimizer)
-                    max_norm = tcfg.grad_clip if tcfg.grad_clip > 0 else float("inf")
-                    grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), max_norm)
-                    # Gradients are all-reduced, so every rank sees the same norm. Under fp16 an overflow
-                    # is the GradScaler's business (it skips the update and lowers the scale).
-                    bad = not scaler.is_enabled() and not bool(torch.isfinite(grad_norm))
-                if bad:
-                    counters["bad_steps"] += 1
-                    bad_in_row += 1
-                    optimizer.zero_grad(set_to_none=True)
-                    what = "loss" if nonfinite > 0 else "gradient"
-                    log.warning("non-finite %s at step %d: step skipped (%d in a row)", what, step + 1, bad_in_row)
-                    if bad_in_row >= tcfg.max_bad_steps:
-                        raise TrainingAborted(
-                            f"{bad_in_row} non-finite losses in a row (train.max_bad_steps={tcfg.max_bad_steps}) at "
-                            f"step {step + 1}: lower train.lr, check the data, or try precision fp32; "
-                            f"the last good checkpoint in {exp / 'checkpoints'} is kept"
-                        )
-                else:
-                    bad_in_row = 0
-                    scaler.step(optimizer)  # skips the update itself when fp16 gradients overflowed
-                    scaler.update()
-                    optimizer.zero_grad(set_to_none=True)
-                    scheduler.step()
-                    step += 1
-                    if env.is_main:
-                        lr = optimizer.param_groups[0]["lr"]
-                        now = time.time()
-                        rate = audio_since / max(now - t_last, 1e-9)  # seconds of audio per second, all ranks
-                        bar.set_postfix(loss=f"{loss_sum / g_utts:.2f}", lr=f"{lr:.2e}", audio=f"{rate:.0f}s/s")
-                        if step % tcfg.log_interval == 0:
-                            rec = {
-                                "kind": "train",
-                                "step": step,
-                                "epoch": epoch + 1,
-                                "loss": loss_sum / g_utts,
-                                "loss_att": att_sum / g_utts,
-                                "loss_ctc": ctc_sum / g_utts,
-                                "acc": correct / ntok if ntok else None,
-                                "lr": lr,
-                                "grad_norm": float(grad_norm),
-                                "audio_s_per_s": rate,
-                                "time": now,
-                            }
-                            metrics_log.write(rec)
-                            log.info(
-                                "epoch %d step %d loss %.3f acc %s lr %.3g %.0f audio-s/s",
-                                epoch + 1,
-                                step,
-                                rec["loss"],
-                                "-" if rec["acc"] is None else f"{rec['acc']:.3f}",
-                                lr,
-                                rec["audio_s_per_s"],
-                            )
-                            t_last, audio_since = now, 0.0
-                if stop_any:
-                    save("step", batches_done)
-                    bar.close()
-                    summary["stopped_by"] = signal.Signals(int(stop_any)).name
+                    if stats.oom:
+                        continue
+                    if self.env.is_main and not self.last_step_bad:
+                        self._log_step(stats, bar)
+                    if stats.stop:
+                        self.save("step", batches_done)
+                        summary["stopped_by"] = signal.Signals(int(stats.stop)).name
+                        break
+                    if tcfg.max_steps and self.step >= tcfg.max_steps:
+                        break
+                    interval = tcfg.checkpoint_interval
+                    if interval and self.step % interval == 0 and not self.last_step_bad:
+                        if batches_done < len(sampler):  # at the epoch's end the epoch checkpoint follows
+                            self.save("step", batches_done)
+                bar.close()
+                if summary["stopped_by"]:
                     break
-                if tcfg.max_steps and step >= tcfg.max_steps:
-                    break
-                if tcfg.checkpoint_interval and step % tcfg.checkpoint_interval == 0 and not bad:
-                    if batches_done < len(sampler):  # at the epoch's end the epoch checkpoint follows
-                        save("step", batches_done)
-            bar.close()
-            if summary["stopped_by"]:
-                break
-            # --- end of the epoch (or of max_steps): validate, checkpoint, model directory
-            finished_epoch = batches_done >= len(sampler)
-            if finished_epoch:
-                check_skip_ratio(
-                    counters["skipped_files"], counters["seen_files"], cfg.data.max_skip_ratio, f"epoch {epoch + 1}"
-                )
-            metrics = {}
-            if data["dev"] is not None:
-                dev_sampler.set_epoch(0)
-                loader = make_loader(dev_ds, dev_sampler, cfg, 0, env.device)
-                metrics = validate(raw_model, loader, dev_by_id, tokenizer, cfg, env, precision)
-                if env.is_main:
-                    metrics_log.write({"kind": "dev", "step": step, "epoch": epoch + 1, **metrics, "time": time.time()})
-                    log.info("epoch %d dev: %s", epoch + 1, " ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
-            if finished_epoch:
-                epoch += 1
-                save("epoch", 0, metrics)
-            else:
-                save("step", batches_done, metrics)
-            if env.is_main:
-                save_model_dir(exp, cfg, raw_model.state_dict())
-            summary.update(metrics)
-    if metrics_log is not None:
-        metrics_log.close()
-    if env.world_size > 1:
-        dist.barrier()
-    summary.update(step=step, epoch=epoch, **counters)
-    return summary
+                summary.update(self.end_epoch(batches_done))
+        if self.metrics_log is not None:
+            self.metrics_log.close()
+        if self.env.world_size > 1:
+            dist.barrier()
+        summary.update(step=self.step, epoch=self.epoch, **self.counters)
+        return summary
 
 
 SHAPE_KEYS = ("input_dim", "d_model", "heads", "ffn_dim", "encoder_layers", "decoder_layers", "frontend", "stack",
