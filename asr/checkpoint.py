@@ -24,6 +24,7 @@ from .text import TOKENIZER_FILE
 
 __all__ = [
     "atomic_save",
+    "check_state_fits",
     "safe_load",
     "save_model_dir",
     "load_model",
@@ -84,6 +85,22 @@ def save_model_dir(
     return d
 
 
+def check_state_fits(saved: dict[str, torch.Tensor], model: torch.nn.Module, path: str | os.PathLike) -> None:
+    """The checkpoint's tensors fit the model the config builds: the first misfit is named."""
+    own = model.state_dict()
+    for name, t in own.items():
+        if name not in saved:
+            raise ValueError(f"{path}: has no tensor {name!r}, which the model the config describes needs")
+        if tuple(saved[name].shape) != tuple(t.shape):
+            raise ValueError(
+                f"{path}: tensor {name!r} has shape {tuple(saved[name].shape)}, the model the config describes "
+                f"needs {tuple(t.shape)}"
+            )
+    extra = sorted(set(saved) - set(own))
+    if extra:
+        raise ValueError(f"{path}: tensor {extra[0]!r} is not in the model the config describes")
+
+
 def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu"):
     """Build the model of a model directory, load its weights, and put it in eval mode on ``device``.
 
@@ -103,11 +120,8 @@ def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu")
     state = safe_load(d / MODEL_FILE)
     if "model" in state and isinstance(state["model"], dict):  # a training checkpoint
         state = state["model"]
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise ValueError(
-            f"{d / MODEL_FILE}: weights do not fit the config (missing {missing}, unexpected {unexpected})"
-        )
+    check_state_fits(state, model, d / MODEL_FILE)
+    model.load_state_dict(state)
     model.config = cfg
     model.tokenizer = None
     if (d / TOKENIZER_FILE).is_file():

@@ -187,7 +187,7 @@ def add_cmvn(sub: argparse._SubParsersAction) -> None:
 
 def run_cmvn(args: argparse.Namespace) -> int:
     from .config import DataConfig, load_config
-    from .data.dataset import compute_cmvn_stats
+    from .data.cmvn import compute_cmvn_stats
     from .data.manifest import read_manifest
 
     data_cfg = load_config(args.config).data if args.config else DataConfig()
@@ -308,7 +308,7 @@ def add_decode(sub: argparse._SubParsersAction) -> None:
 def run_decode(args: argparse.Namespace) -> int:
     from .checkpoint import load_model
     from .data.manifest import read_manifest
-    from .decode.corpus import decode_manifest
+    from .decode_manifest import decode_manifest
 
     model = load_model(args.model, args.device)
     cfg = _decode_settings(args, model.config.decode)

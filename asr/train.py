@@ -46,6 +46,7 @@ from .checkpoint import (
     CMVN_FILE,
     CONFIG_FILE,
     atomic_save,
+    check_state_fits,
     checkpoint_path,
     load_latest_checkpoint,
     prune_checkpoints,
@@ -99,7 +100,8 @@ def word_errors(ref: str, hyp: str) -> tuple[int, int]:
 # ----------------------------------------------------------------------------- data
 def build_data(cfg: Config, tokenizer, model) -> dict[str, tuple[list[dict], Any] | None]:
     """Filtered train/dev records and their datasets (``{"train": (records, dataset), "dev": ...}``)."""
-    from .data.dataset import ASRDataset, filter_records
+    from .data.dataset import ASRDataset
+    from .data.filtering import filter_records
     from .data.manifest import read_manifest
 
     if not cfg.data.train:
@@ -153,7 +155,7 @@ def make_loader(dataset, sampler, cfg: Config, epoch: int, device: torch.device)
 
 def compute_cmvn(records: list[dict], cfg: Config):
     """Global CMVN statistics from a fixed random subset (``CMVN_MAX_UTTERANCES``) of the training set."""
-    from .data.dataset import compute_cmvn_stats
+    from .data.cmvn import compute_cmvn_stats
 
     rng = random.Random(cfg.train.seed)
     subset = records if len(records) <= CMVN_MAX_UTTERANCES else rng.sample(records, CMVN_MAX_UTTERANCES)
@@ -254,8 +256,8 @@ class Trainer:
     :meth:`end_epoch`; :meth:`save` writes a checkpoint that resumes exactly."""
 
     def __init__(self, cfg: Config, exp: Path, resume: bool, env: DistEnv):
+        from .data.cmvn import CMVNStats
         from .model import ASRModel
-        from .model.cmvn import CMVNStats
         from .text import Tokenizer
 
         self.cfg, self.tcfg, self.exp, self.env = cfg, cfg.train, exp, env
@@ -300,7 +302,7 @@ class Trainer:
                 stats.save(cmvn_path)
         if env.world_size > 1:
             dist.barrier()
-        model.cmvn.load_stats(CMVNStats.load(cmvn_path))
+        model.cmvn.load_stats(*CMVNStats.load(cmvn_path).mean_istd())
         # --- sampler, optimiser, schedule, scaler. Speed perturbation lengthens audio by up to
         # 1/min(factor): batches are budgeted for the longest case.
         stretch = 1.0 / min(cfg.data.speed_perturb) if cfg.data.speed_perturb else 1.0
@@ -332,7 +334,7 @@ class Trainer:
             self._log_setup()
 
     def _restore(self, ck: dict[str, Any], path: Path) -> None:
-        _check_same_shapes(ck["model"], self.raw_model, path)
+        check_state_fits(ck["model"], self.raw_model, path)
         self.raw_model.load_state_dict(ck["model"])
         self.optimizer.load_state_dict(ck["optimizer"])
         self.scheduler.load_state_dict(ck["scheduler"])
@@ -389,18 +391,10 @@ class Trainer:
     # ------------------------------------------------------------------------- one step
     def _augment(self, batch) -> tuple[torch.Tensor, ...]:
         """The batch on the device, with the training augmentations that act on whole batches."""
-        from .data.dataset import add_noise, spec_augment, tempo_perturb
+        from .data.augment import augment
 
-        d, g = self.cfg.data, self.augment_gen
         batch = batch.to(self.env.device, non_blocking=True)
-        feats, feat_lens = batch.feats, batch.feat_lens
-        sa = d.specaugment
-        if sa is not None and sa.tempo > 0:
-            feats, feat_lens = tempo_perturb(feats, feat_lens, sa.tempo, sa.tempo_span, g)
-        if d.noise.prob > 0:
-            feats = add_noise(feats, feat_lens, d.noise, d.sample_rate, g)
-        if sa is not None:
-            feats = spec_augment(feats, feat_lens, sa, g, d.sample_rate)
+        feats, feat_lens = augment(batch.feats, batch.feat_lens, self.cfg.data, self.augment_gen)
         return feats, feat_lens, batch.tokens, batch.token_lens
 
     def train_step(self, group: list, stop_signal: int) -> StepStats:
@@ -596,22 +590,6 @@ def _check_same_model(saved_model: dict[str, Any], cfg: Config, exp: Path) -> No
                 f"use another --out for a different model"
             )
         log.warning("model.%s changed from %r to %r since the checkpoint: the run continues with %r", k, v, now, now)
-
-
-def _check_same_shapes(saved: dict[str, torch.Tensor], model: torch.nn.Module, path: Path) -> None:
-    """The checkpoint's tensors fit the model the config builds: the first misfit is named."""
-    own = model.state_dict()
-    for name, t in own.items():
-        if name not in saved:
-            raise ConfigError(f"{path}: has no tensor {name!r}, which the model the config describes needs")
-        if tuple(saved[name].shape) != tuple(t.shape):
-            raise ConfigError(
-                f"{path}: tensor {name!r} has shape {tuple(saved[name].shape)}, the model the config describes "
-                f"needs {tuple(t.shape)}; use another --out for a different model"
-            )
-    extra = sorted(set(saved) - set(own))
-    if extra:
-        raise ConfigError(f"{path}: tensor {extra[0]!r} is not in the model the config describes")
 
 
 def _update_best(best: list[dict], name: str, value: float, epoch: int, step: int, tcfg: TrainConfig) -> list[dict]:

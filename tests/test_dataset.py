@@ -15,23 +15,13 @@ from torch.utils.data import DataLoader
 from asr.audio import fbank, fbank_batch, load_audio
 from asr.cli import main
 from asr.config import ConfigError, DataConfig, ModelConfig, NoiseConfig, SpecAugmentConfig
-from asr.data.dataset import (
-    ASRDataset,
-    DataError,
-    add_noise,
-    check_skip_ratio,
-    collate,
-    compute_cmvn_stats,
-    ctc_min_frames,
-    filter_records,
-    freq_warp,
-    spec_augment,
-    tempo_perturb,
-)
+from asr.data.augment import add_noise, augment, freq_warp, spec_augment, tempo_perturb
+from asr.data.cmvn import CMVNStats, compute_cmvn_stats
+from asr.data.dataset import ASRDataset, DataError, check_skip_ratio, collate
+from asr.data.filtering import ctc_min_frames, filter_records
 from asr.data.librispeech import prepare_librispeech
 from asr.data.manifest import read_manifest, write_manifest
 from asr.model import ASRModel
-from asr.model.cmvn import CMVNStats
 from asr.text import Tokenizer, normalize
 
 
@@ -413,3 +403,19 @@ def test_spec_augment_freq_warp_draws_per_utterance_and_needs_the_sample_rate() 
         assert not a[k, n:].any()  # padding stays zero
     with pytest.raises(ConfigError, match="freq_warp"):
         SpecAugmentConfig(freq_warp=0.6).validate()
+
+
+def test_augment_applies_tempo_noise_and_specaugment_in_order() -> None:
+    """augment() is what the loop calls: the same draws, in the same order, as the three steps by hand."""
+    from asr.config import DataConfig
+
+    x, lens = torch.randn(3, 120, 40) * 2 + 5, torch.tensor([120, 90, 60])
+    cfg = DataConfig(num_mel_bins=40, sample_rate=8000, noise=NoiseConfig(prob=0.8),
+                     specaugment=SpecAugmentConfig(freq_width=8, tempo=0.3, tempo_span=20))  # fmt: skip
+    y, ylens = augment(x, lens, cfg, torch.Generator().manual_seed(7))
+    g = torch.Generator().manual_seed(7)
+    ref, rlens = tempo_perturb(x, lens, 0.3, 20, g)
+    ref = spec_augment(add_noise(ref, rlens, cfg.noise, 8000, g), rlens, cfg.specaugment, g, 8000)
+    assert torch.equal(y, ref) and torch.equal(ylens, rlens)
+    off = DataConfig(num_mel_bins=40, specaugment=None)
+    assert augment(x, lens, off)[0] is x

@@ -11,8 +11,9 @@ import torch
 
 from asr.audio import fbank, load_audio
 from asr.config import load_config
+from asr.data.cmvn import CMVNStats
 from asr.decode import greedy_search
-from asr.model import ASRModel, CMVNStats
+from asr.model import ASRModel
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,7 +39,7 @@ def test_tiny_model_overfits_four_utterances(data_root):
     ids = {c: i for i, c in enumerate(vocab)}
     cfg = load_config(REPO / "configs" / "tiny.yaml", [f"model.vocab_size={len(vocab)}", "model.dropout=0.0"])
     model = ASRModel(cfg.model)
-    model.cmvn.load_stats(CMVNStats.from_features(feats))
+    model.cmvn.load_stats(*CMVNStats.from_features(feats).mean_istd())
     x = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)  # (4, T, 80)
     x_lens = torch.tensor([f.shape[0] for f in feats])
     y = torch.nn.utils.rnn.pad_sequence([torch.tensor([ids[c] for c in t]) for t in texts], batch_first=True)

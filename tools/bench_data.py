@@ -34,6 +34,7 @@ from asr.config import DataConfig  # noqa: E402
 from asr.data.dataset import ASRDataset, collate  # noqa: E402
 from asr.data.librispeech import SUBSETS, find_subset, prepare_librispeech  # noqa: E402
 from asr.data.manifest import read_manifest  # noqa: E402
+from asr.hardware import cpu_info  # noqa: E402
 from asr.text import Tokenizer, normalize  # noqa: E402
 
 
@@ -100,6 +101,7 @@ def main() -> int:
         records = load_records(args.data, Path(tmp))
         tok = Tokenizer.train([normalize(r["text"]) for r in records], Path(tmp) / "tok", None, "char")
         total = sum(r["duration"] for r in records)
+        print(f"CPU: {cpu_info().summary()}")
         print(f"{len(records)} LibriSpeech utterances, {total:.1f} s of audio, from {args.data / 'LibriSpeech'}\n")
 
         # warm up: one untimed pass (file cache, allocator, resampling kernels)
@@ -150,6 +152,7 @@ def main() -> int:
 
     result = {
         "bench": "data",
+        "cpu": cpu_info().to_dict(),
         "utterances": len(records),
         "audio_s": round(total, 2),
         "audio_s_per_s_per_worker": {name: round(r, 1) for name, r in rows},  # median over passes

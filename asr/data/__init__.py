@@ -4,7 +4,9 @@ Importers live in their own modules (``asr.data.librispeech``, ``asr.data.kaldi`
 ``asr.data.fsdd``) and are imported where they are used.
 """
 
-from .dataset import ASRDataset, Batch, DataError, check_skip_ratio, collate, filter_records, spec_augment
+from .augment import augment, spec_augment
+from .dataset import ASRDataset, Batch, DataError, check_skip_ratio, collate
+from .filtering import filter_records
 from .manifest import ManifestError, read_manifest, write_manifest
 
 __all__ = [
@@ -13,6 +15,7 @@ __all__ = [
     "DataError",
     "ManifestError",
     "check_skip_ratio",
+    "augment",
     "collate",
     "filter_records",
     "read_manifest",

@@ -2,7 +2,7 @@
 
 from .asr_model import BLANK_ID, IGNORE_ID, UNK_ID, ASRModel
 from .attention import MultiHeadAttention, SinusoidalPositions, causal_keep_mask, lengths_to_keep_mask
-from .cmvn import CMVNStats, GlobalCMVN
+from .cmvn import GlobalCMVN
 from .frontend import Conv2dFrontend, LinearStackFrontend
 from .transformer import Decoder, DecoderCache, Encoder
 
@@ -15,7 +15,6 @@ __all__ = [
     "SinusoidalPositions",
     "causal_keep_mask",
     "lengths_to_keep_mask",
-    "CMVNStats",
     "GlobalCMVN",
     "Conv2dFrontend",
     "LinearStackFrontend",

@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from ..config import DecodeConfig
-from ..data.sampler import duration_to_frames, pack_batches
-from .search import recognize
+from .config import DecodeConfig
+from .data.sampler import duration_to_frames, pack_batches
+from .decode import recognize
 
 __all__ = ["DecodeStats", "duration_batches", "decode_manifest"]
 
@@ -58,7 +58,7 @@ def decode_manifest(
 
     Unreadable audio is logged by id and listed in ``DecodeStats.failed``; the rest still run.
     """
-    from ..data.dataset import ASRDataset, collate
+    from .data.dataset import ASRDataset, collate
 
     dev = next(model.parameters()).device
     data_cfg = dataclasses.replace(model.config.data, cache_features=False)  # each utterance is read once
