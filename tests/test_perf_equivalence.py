@@ -6,9 +6,9 @@ import torch
 from torch import nn
 
 from asr import speed
-from asr.model import linear as linear_mod
 from asr.model.attention import MultiHeadAttention, lengths_to_keep_mask
-from asr.model.dropout import Dropout, dropout, effective_p, keep_mask
+from asr.model.fast import onednn_linear as linear_mod
+from asr.model.fast.cheap_dropout import Dropout, dropout, effective_p, keep_mask
 from asr.model.transformer import FeedForward
 
 

@@ -14,8 +14,8 @@ from torch import nn
 from ..config import ModelConfig
 from .attention import lengths_to_keep_mask
 from .cmvn import GlobalCMVN
+from .fast import Linear
 from .frontend import build_frontend
-from .linear import Linear
 from .transformer import Decoder, Encoder
 
 __all__ = ["ASRModel", "BLANK_ID", "UNK_ID", "IGNORE_ID"]

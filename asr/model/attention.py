@@ -9,13 +9,10 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from .. import speed
-from .dropout import Dropout
-from .dropout import dropout as _dropout
-from .linear import Linear
+from . import fast
+from .fast import Dropout, Linear
 
 __all__ = ["MultiHeadAttention", "lengths_to_keep_mask", "causal_keep_mask", "SinusoidalPositions"]
 
@@ -57,17 +54,6 @@ class SinusoidalPositions(nn.Module):
         if end > self.table.shape[0]:
             self.table = self._table(max(end, 2 * self.table.shape[0])).to(self.table.device)
         return self.dropout(x * self.scale + self.table[offset:end].to(x.dtype))
-
-
-def _attention_with_dropout(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep_mask: torch.Tensor | None, p: float
-) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d_k), masked) with dropout, times v: what SDPA computes on CPU when
-    dropout is on (its math path), with :func:`asr.model.dropout.dropout`'s mask."""
-    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # (B, H, L, S)
-    if keep_mask is not None:
-        scores = torch.where(keep_mask, scores, float("-inf"))
-    return _dropout(scores.softmax(-1), p, True) @ v
 
 
 class MultiHeadAttention(nn.Module):
@@ -126,12 +112,7 @@ class MultiHeadAttention(nn.Module):
                 k = torch.cat([past[0], k], dim=2)
                 v = torch.cat([past[1], v], dim=2)
             new_kv = (k, v)
-        if self.training and self.dropout > 0 and q.device.type == "cpu" and speed.enabled("cheap_dropout"):
-            y = _attention_with_dropout(q, k, v, keep_mask, self.dropout)  # SDPA's math path, cheaper mask
-        else:
-            y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=keep_mask, dropout_p=self.dropout if self.training else 0.0
-            )  # (B, H, L, d_k)
+        y = fast.attention(q, k, v, keep_mask, self.dropout if self.training else 0.0)  # SDPA: (B, H, L, d_k)
         if groups > 1:
             y = y.reshape(k.shape[0], self.heads, groups, l, self.d_k).transpose(1, 2).reshape(b, self.heads, l, -1)
         return self.out(y.transpose(1, 2).reshape(b, l, d)), new_kv

@@ -5,48 +5,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from . import fast
 from .attention import MultiHeadAttention, SinusoidalPositions, causal_keep_mask, lengths_to_keep_mask
-from .dropout import Dropout, dropout, dropout_scale
-from .linear import Linear, linear
+from .fast import Dropout, Linear
 
 __all__ = ["Encoder", "Decoder", "DecoderCache"]
 
 
-class _ReluDropout(torch.autograd.Function):
-    """dropout(relu(h)) that keeps only its output for backward: the gradient passes exactly where
-    the output is positive (ReLU open and dropout kept), times the dropout scale. The same values
-    and random numbers as nn.ReLU + asr's Dropout, without keeping their two (N, ffn_dim) tensors."""
-
-    @staticmethod
-    def forward(ctx, h: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-        y = dropout(F.relu(h), p, training)
-        ctx.save_for_backward(y)
-        ctx.scale = dropout_scale(p, h.device) if training and p > 0 else None
-        return y
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (y,) = ctx.saved_tensors
-        if ctx.scale is not None:
-            grad = grad * ctx.scale  # the forward's own scale
-        return torch.ops.aten.threshold_backward(grad, y, 0), None, None  # grad where y > 0, else 0
-
-
 class FeedForward(nn.Sequential):
-    """Position-wise FFN: Linear, ReLU, dropout, Linear (ReLU and dropout fused to save memory)."""
+    """Position-wise FFN: Linear, ReLU, dropout, Linear (ReLU and dropout as one step keeping one tensor)."""
 
     def __init__(self, d_model: int, ffn_dim: int, dropout: float):
         super().__init__(Linear(d_model, ffn_dim), nn.ReLU(), Dropout(dropout), Linear(ffn_dim, d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w1, _, drop, w2 = self
-        h = w1(x)  # (.., ffn_dim)
-        if not torch.is_grad_enabled():
-            return w2(dropout(h.relu_(), drop.p, self.training))
-        return w2(_ReluDropout.apply(h, drop.p, self.training))
+        return w2(fast.relu_dropout(w1(x), drop.p, self.training))  # = w2(drop(relu(w1(x))))
 
 
 class EncoderLayer(nn.Module):
@@ -158,7 +134,7 @@ class Decoder(nn.Module):
         self.norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(self.norm(x), self.embed.weight)  # tied output projection, (.., V)
+        return fast.linear(self.norm(x), self.embed.weight)  # = F.linear: tied output projection, (.., V)
 
     def init_cache(self, memory: torch.Tensor, memory_lens: torch.Tensor) -> DecoderCache:
         """Cross-attention keys/values of every layer for ``memory`` (N, S, D), computed once."""

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import speed
+from ... import speed
 
 __all__ = ["Linear", "linear", "onednn_mm", "onednn_available", "MIN_WORK"]
 

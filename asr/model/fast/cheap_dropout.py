@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import speed
+from ... import speed
 
 __all__ = ["Dropout", "dropout", "keep_mask", "effective_p", "dropout_scale"]
 

@@ -1,0 +1,22 @@
+"""The model's speed paths, behind one door: each a drop-in for a plain PyTorch piece.
+
+A reader of ``frontend.py``, ``attention.py`` and ``transformer.py`` sees the plain model; what
+runs faster on CPU lives here, each next to the reference it must equal (tested in
+``tests/test_perf_equivalence.py``) and each on only where ``asr.speed`` says it was measured
+faster (``tools/bench_paths.py``):
+
+    drop-in                 reference                                  speed path (asr.speed)
+    Linear, linear          nn.Linear, F.linear                        onednn_linear: fp32 products in oneDNN
+    Dropout, dropout        nn.Dropout, F.dropout                      cheap_dropout: 16-bit slices of random words
+    attention               F.scaled_dot_product_attention             cheap_dropout (training on CPU)
+    relu_dropout            F.dropout(F.relu(h))                       always: one saved tensor instead of two
+    conv_stack              conv(x.unsqueeze(1)), the frontend's convs conv_channels_last
+"""
+
+from .attention_dropout import attention
+from .cheap_dropout import Dropout, dropout
+from .conv_channels_last import conv_stack
+from .fused_relu_dropout import relu_dropout
+from .onednn_linear import Linear, linear
+
+__all__ = ["Linear", "linear", "Dropout", "dropout", "attention", "relu_dropout", "conv_stack"]
