@@ -82,3 +82,22 @@ def test_fsdd_recipe_plumbing(data_root, tmp_path):
     assert "| test |" in results
     assert "ctc_beam, beam 3" in results  # the config's decoding mode with the command line's beam
     assert "reference:" in out
+
+
+@pytest.mark.slow
+def test_fsdd_loso_two_speakers_one_table(data_root, tmp_path):
+    """loso.sh: the recipe once per held-out speaker (its own data and experiment), then one table."""
+    recipe = _copy_recipe(tmp_path, "fsdd")
+    _run(
+        recipe / "loso.sh", "--corpus-dir", str(data_root / "fsdd"), "--speakers", "george lucas",
+        "--num-train", "24", "--num-dev", "4", "--num-test", "6", "--vocab-size", "20", "--set", "train.epochs=1",
+        "--num-avg", "1", "--beam-size", "2",
+    )  # fmt: skip
+    for spk in ("george", "lucas"):
+        test = [json.loads(line) for line in (recipe / f"data_{spk}" / "test.jsonl").read_text().splitlines()]
+        assert test and {r["speaker"] for r in test} == {spk}  # held out: the only test speaker...
+        train = (recipe / f"data_{spk}" / "train.jsonl").read_text()
+        assert f'"speaker": "{spk}"' not in train  # ...and never trained on
+        assert (recipe / "exp" / f"transformer_{spk}" / "avg1" / "decode_test" / "wer.json").is_file()
+    table = (recipe / "exp" / "transformer_loso.md").read_text()
+    assert "| george |" in table and "| lucas |" in table and "over 2 speakers" in table and "worst" in table

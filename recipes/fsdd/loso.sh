@@ -15,12 +15,14 @@ source "$here/../stages.sh"
 speakers=""
 exp=transformer
 corpus_dir=$here/downloads/fsdd
+num_avg=5
 pass=()
 while (( $# )); do
   case "$1" in
     --speakers) speakers=$2; shift 2 ;;
     --exp) exp=$2; shift 2 ;;
     --corpus-dir) corpus_dir=$(realpath -m "$2"); pass+=("$1" "$corpus_dir"); shift 2 ;;
+    --num-avg) num_avg=$2; pass+=("$1" "$2"); shift 2 ;;
     --test-speakers|--data) echo "loso.sh sets $1 itself (one run per speaker)" >&2; exit 2 ;;
     --force) pass+=("$1"); shift ;;
     *) pass+=("$1" "$2"); shift 2 ;;
@@ -36,6 +38,6 @@ for s in $speakers; do
   echo "=== held out: $s"
   bash "$here/run.sh" "${pass[@]}" --test-speakers "$s" --data "data_$s" --exp "${exp}_$s" --stop-stage 7
 done
-"$PYTHON" "$repo/tools/results_table.py" --loso --exp-prefix "$here/exp/${exp}_" --speakers $speakers \
+"$PYTHON" "$repo/tools/results_table.py" --loso --exp-prefix "$here/exp/${exp}_" --speakers $speakers --model-name "avg$num_avg" \
   --title "FSDD, every speaker held out in turn ($exp)" --out "$here/exp/${exp}_loso.md"
 cat "$here/exp/${exp}_loso.md"
