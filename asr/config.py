@@ -34,6 +34,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")  # train.precision and decode.precision (asr.hardware resolves auto)
+
 
 class ConfigError(ValueError):
     """A configuration value that cannot be used; the message names the key."""
@@ -187,8 +189,7 @@ class TrainConfig:
         _check(self.optimizer in ("adam", "adamw"), prefix, "optimizer", "'adam' or 'adamw'", self.optimizer)
         sched = ("noam", "cosine", "constant")
         _check(self.scheduler in sched, prefix, "scheduler", " or ".join(map(repr, sched)), self.scheduler)
-        prec = ("auto", "bf16", "fp16", "fp32")
-        _check(self.precision in prec, prefix, "precision", " or ".join(map(repr, prec)), self.precision)
+        _check(self.precision in PRECISIONS, prefix, "precision", " or ".join(map(repr, PRECISIONS)), self.precision)
         metrics = ("dev_loss", "dev_acc", "dev_wer")
         _check(self.best_metric in metrics, prefix, "best_metric", " or ".join(map(repr, metrics)), self.best_metric)
         _check(self.lr > 0, prefix, "lr", "a positive number", self.lr)
@@ -222,8 +223,7 @@ class DecodeConfig:
         return cfg
 
     def validate(self, prefix: str = "decode") -> None:
-        prec = ("auto", "bf16", "fp16", "fp32")
-        _check(self.precision in prec, prefix, "precision", " or ".join(map(repr, prec)), self.precision)
+        _check(self.precision in PRECISIONS, prefix, "precision", " or ".join(map(repr, PRECISIONS)), self.precision)
         modes = ("attention", "ctc_greedy", "ctc_beam", "rescore")
         _check(self.mode in modes, prefix, "mode", " or ".join(map(repr, modes)), self.mode)
         _check(self.beam_size >= 1, prefix, "beam_size", "a positive integer", self.beam_size)

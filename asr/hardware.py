@@ -25,11 +25,10 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["CpuInfo", "cpu_info", "resolve_precision", "autocast", "PRECISIONS"]
+__all__ = ["CpuInfo", "cpu_info", "resolve_precision", "autocast"]
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 
 # oneDNN ISA limits (ONEDNN_MAX_CPU_ISA) that still allow native bf16 instructions
 _ONEDNN_BF16_ISAS = ("AVX512_CORE_BF16", "AVX512_CORE_AMX", "AVX512_CORE_AMX_FP16", "AVX10_1_512", "AVX10_1_512_AMX",
@@ -113,14 +112,14 @@ def cpu_info() -> CpuInfo:
     )
 
 
-_warned: set[str] = set()
+_warned: set[tuple[str, ...]] = set()  # (key, what) said once per process: decoding resolves per batch
 
 
 def resolve_precision(precision: str, device: torch.device | str, key: str = "train.precision") -> str:
     """The precision to run: ``auto`` resolved for ``device`` (table above), logged with the reason.
 
     ``key`` names the setting in messages (``train.precision``, ``--precision``)."""
-    from .config import ConfigError
+    from .config import PRECISIONS, ConfigError
 
     device = torch.device(device)
     if precision not in PRECISIONS:
@@ -135,19 +134,17 @@ def resolve_precision(precision: str, device: torch.device | str, key: str = "tr
         info = cpu_info()
         chosen = precision if precision != "auto" else ("bf16" if info.native_bf16 else "fp32")
         why = info.summary()
-        if chosen == "bf16" and not info.native_bf16 and key not in _warned:
-            _warned.add(key)
+        if chosen == "bf16" and not info.native_bf16 and (key, "slow bf16") not in _warned:
+            _warned.add((key, "slow bf16"))
             log.warning(
                 "%s: bf16 on a CPU without native bf16 arithmetic (%s): it runs, but many times slower "
                 "than fp32 (about 90x for a matrix product); use auto or fp32", key, why,
             )
     else:
-        if precision in ("bf16", "fp16"):
-            chosen = precision
-        else:
-            chosen = "fp32"
+        chosen = precision if precision in ("bf16", "fp16") else "fp32"
         why = f"device {device.type}"
-    if precision == "auto":
+    if precision == "auto" and (key, device.type, chosen) not in _warned:
+        _warned.add((key, device.type, chosen))
         log.info("%s auto -> %s on %s (%s)", key, chosen, device.type, why)
     return chosen
 
