@@ -20,7 +20,8 @@ import torch
 
 from .atomic import atomic_write
 from .config import Config, load_config, save_config
-from .text import TOKENIZER_FILE
+from .recognizer import Recognizer
+from .text import TOKENIZER_FILE, Tokenizer
 
 __all__ = [
     "atomic_save",
@@ -101,12 +102,9 @@ def check_state_fits(saved: dict[str, torch.Tensor], model: torch.nn.Module, pat
         raise ValueError(f"{path}: tensor {extra[0]!r} is not in the model the config describes")
 
 
-def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu"):
-    """Build the model of a model directory, load its weights, and put it in eval mode on ``device``.
-
-    The returned ``ASRModel`` carries ``.config`` (the full :class:`Config`) and ``.tokenizer``
-    (an ``asr.text.Tokenizer``, or None when the directory has no tokenizer.model).
-    """
+def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu") -> Recognizer:
+    """The :class:`Recognizer` of a model directory: the model (weights loaded, eval mode, on
+    ``device``), its full :class:`Config` and its tokenizer (None without tokenizer.model)."""
     from .model import ASRModel
 
     d = Path(model_dir)
@@ -122,13 +120,8 @@ def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu")
         state = state["model"]
     check_state_fits(state, model, d / MODEL_FILE)
     model.load_state_dict(state)
-    model.config = cfg
-    model.tokenizer = None
-    if (d / TOKENIZER_FILE).is_file():
-        from .text import Tokenizer
-
-        model.tokenizer = Tokenizer.load(d / TOKENIZER_FILE)
-    return model.to(device).eval()
+    tokenizer = Tokenizer.load(d / TOKENIZER_FILE) if (d / TOKENIZER_FILE).is_file() else None
+    return Recognizer(model.to(device).eval(), cfg, tokenizer)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -310,10 +310,10 @@ def run_decode(args: argparse.Namespace) -> int:
     from .data.manifest import read_manifest
     from .decode_manifest import decode_manifest
 
-    model = load_model(args.model, args.device)
-    cfg = _decode_settings(args, model.config.decode)
+    rec = load_model(args.model, args.device)
+    cfg = _decode_settings(args, rec.config.decode)
     records = read_manifest(args.manifest)
-    stats = decode_manifest(model, records, args.out, cfg, args.max_frames, args.batch_size, args.num_workers)
+    stats = decode_manifest(rec, records, args.out, cfg, args.max_frames, args.batch_size, args.num_workers)
     _write_decode_settings(args, cfg, stats)
     print(
         f"decoded {stats.decoded} utterances ({stats.audio_seconds / 3600:.2f} h) in {stats.wall_seconds:.1f} s: "
@@ -368,8 +368,8 @@ def run_transcribe(args: argparse.Namespace) -> int:
     from .checkpoint import load_model
     from .transcribe import Transcriber, to_json, to_srt, to_vtt
 
-    model = load_model(args.model, args.device)
-    tr = Transcriber(model, _decode_settings(args, model.config.decode), window=args.window, batch_size=args.batch_size)
+    rec = load_model(args.model, args.device)
+    tr = Transcriber(rec, _decode_settings(args, rec.config.decode), window=args.window, batch_size=args.batch_size)
     render = {"text": lambda t: t.text + "\n", "json": lambda t: to_json(t) + "\n", "srt": to_srt, "vtt": to_vtt}
     failed = 0
     for f in args.files:

@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from .config import DecodeConfig
 from .data.sampler import duration_to_frames, pack_batches
-from .decode import recognize
+from .recognizer import Recognizer
 
 __all__ = ["DecodeStats", "duration_batches", "decode_manifest"]
 
@@ -44,7 +44,7 @@ def duration_batches(durations: list[float], max_frames: int, max_utterances: in
 
 
 def decode_manifest(
-    model,
+    rec: Recognizer,
     records: list[dict[str, Any]],
     out_path: str | os.PathLike,
     cfg: DecodeConfig,
@@ -53,16 +53,16 @@ def decode_manifest(
     num_workers: int = 2,
     progress: bool = True,
 ) -> DecodeStats:
-    """Decode ``records`` (manifest entries) and write ``{"id", "text", "score"}`` lines to
+    """Decode ``records`` (manifest entries) with the recogniser ``rec`` and write ``{"id", "text", "score"}`` lines to
     ``out_path`` as each batch finishes (flushed, so a crash keeps finished work).
 
     Unreadable audio is logged by id and listed in ``DecodeStats.failed``; the rest still run.
     """
     from .data.dataset import ASRDataset, collate
 
-    dev = next(model.parameters()).device
-    data_cfg = dataclasses.replace(model.config.data, cache_features=False)  # each utterance is read once
-    dataset = ASRDataset(records, model.tokenizer, data_cfg, train=False)
+    dev = rec.device
+    data_cfg = dataclasses.replace(rec.config.data, cache_features=False)  # each utterance is read once
+    dataset = ASRDataset(records, rec.tokenizer, data_cfg, train=False)
     batches = duration_batches(dataset.durations, max_frames or cfg.max_frames, max_utterances)
     loader = torch.utils.data.DataLoader(
         dataset, batch_sampler=batches, collate_fn=collate, num_workers=num_workers, pin_memory=dev.type == "cuda"
@@ -74,9 +74,9 @@ def decode_manifest(
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with open(out_path, "w", encoding="utf-8") as out:
         for batch in loader:
-            hyps = recognize(model, batch.feats, batch.feat_lens, cfg) if batch.ids else []
+            hyps = rec.recognize(batch.feats, batch.feat_lens, cfg) if batch.ids else []
             for uid, h, dur in zip(batch.ids, hyps, batch.durations, strict=True):
-                text = model.tokenizer.decode(h.tokens)
+                text = rec.text(h.tokens)
                 out.write(json.dumps({"id": uid, "text": text, "score": round(h.score, 4)}, ensure_ascii=False) + "\n")
                 stats.audio_seconds += dur
                 seen.add(uid)

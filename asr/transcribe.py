@@ -19,8 +19,9 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .audio import audio_duration, fbank_batch, load_audio, resample
+from .audio import audio_duration, load_audio, resample
 from .config import DecodeConfig
+from .recognizer import Recognizer
 
 __all__ = [
     "Segment",
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 
 FORMATS = ("text", "json", "srt", "vtt")
 MIN_SAMPLES_S = 0.05  # shorter tails (less than two fbank frames of signal) are not decoded
+_NO_TOKENS = torch.zeros(0, dtype=torch.long)  # transcription has no reference
 
 
 @dataclass
@@ -108,11 +110,11 @@ def _windows_of_file(
 
 
 class Transcriber:
-    """A loaded model with its search settings; turns files or waveforms into :class:`Transcript`."""
+    """A :class:`~asr.recognizer.Recognizer` with search settings; files or waveforms -> :class:`Transcript`."""
 
     def __init__(
         self,
-        model,
+        rec: Recognizer,
         decode: DecodeConfig | None = None,
         window: float = 30.0,
         min_window: float | None = None,
@@ -120,34 +122,33 @@ class Transcriber:
     ):
         if window <= 1.0:
             raise ValueError(f"window: expected more than 1 second, got {window}")
-        self.model = model
-        self.cfg = model.config if hasattr(model, "config") else None
-        self.decode = decode or (self.cfg.decode if self.cfg else DecodeConfig())
+        if rec.tokenizer is None:
+            raise ValueError("the model has no tokenizer: load it from a model directory with tokenizer.model")
+        self.rec = rec
+        self.decode = decode or rec.config.decode
         self.decode.validate()
-        self.sample_rate = self.cfg.data.sample_rate if self.cfg else 16000
-        self.num_mel_bins = self.cfg.data.num_mel_bins if self.cfg else 80
+        self.sample_rate = rec.config.data.sample_rate
         self.window = window
         self.min_window = window / 3 if min_window is None else min_window
         self.batch_size = batch_size
-        self.tokenizer = getattr(model, "tokenizer", None)
-        if self.tokenizer is None:
-            raise ValueError("the model has no tokenizer: load it from a model directory with tokenizer.model")
 
     def _decode(self, wavs: list[torch.Tensor]) -> list[tuple[str, float]]:
-        from .decode import recognize
+        """(text, score) of each window; windows too short for the model decode to ("", 0.0)."""
+        from .data.dataset import collate
 
-        out: list[tuple[str, float] | None] = [None] * len(wavs)
+        out = [("", 0.0)] * len(wavs)
         ok = [i for i, w in enumerate(wavs) if w.numel() >= int(MIN_SAMPLES_S * self.sample_rate)]
-        if ok:
-            feats = fbank_batch([wavs[i] for i in ok], self.sample_rate, self.num_mel_bins)
-            lens = torch.tensor([f.shape[0] for f in feats])
-            padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)  # (B, T, F)
-            good = lens >= self.model.min_input_frames
-            if bool(good.any()):
-                hyps = recognize(self.model, padded[good], lens[good], self.decode)
-                for i, h in zip([i for i, g in zip(ok, good.tolist(), strict=True) if g], hyps, strict=True):
-                    out[i] = (self.tokenizer.decode(h.tokens), h.score)
-        return [o if o is not None else ("", 0.0) for o in out]
+        feats = self.rec.features([wavs[i] for i in ok]) if ok else []
+        items = [
+            {"id": str(i), "feats": f, "tokens": _NO_TOKENS, "duration": wavs[i].numel() / self.sample_rate}
+            for i, f in zip(ok, feats, strict=True)
+            if f.shape[0] >= self.rec.model.min_input_frames
+        ]
+        if items:
+            batch = collate(items)  # the padding of every other batch the model sees
+            for uid, h in zip(batch.ids, self.rec.recognize(batch.feats, batch.feat_lens, self.decode), strict=True):
+                out[int(uid)] = (self.rec.text(h.tokens), h.score)
+        return out
 
     def _run(self, source: str, windows: Iterator[tuple[float, float, torch.Tensor]], duration: float) -> Transcript:
         segments: list[Segment] = []
@@ -184,11 +185,6 @@ class Transcriber:
         return self._run(name, windows, wav.numel() / self.sample_rate)
 
 
-def _settings(model, beam_size, mode, ctc_weight) -> DecodeConfig:
-    base = model.config.decode if hasattr(model, "config") else DecodeConfig()
-    return base.updated(beam_size=beam_size, mode=mode, ctc_weight=ctc_weight)
-
-
 def transcribe(
     model_or_dir,
     audio: str | os.PathLike | torch.Tensor | Sequence[str | os.PathLike | torch.Tensor],
@@ -202,16 +198,17 @@ def transcribe(
 ) -> str | list[str]:
     """Text of one input (a path or a waveform tensor at ``sample_rate``) or a list of texts.
 
-    ``model_or_dir``: a model from ``asr.load_model`` or a model directory. Search settings
-    default to the model's ``decode`` config section.
+    ``model_or_dir``: a :class:`~asr.recognizer.Recognizer` from ``asr.load_model`` or a model
+    directory. Search settings default to the model's ``decode`` config section.
     """
     if isinstance(model_or_dir, str | os.PathLike):
         from .checkpoint import load_model
 
-        model = load_model(model_or_dir, device or "cpu")
+        rec = load_model(model_or_dir, device or "cpu")
     else:
-        model = model_or_dir if device is None else model_or_dir.to(device)
-    tr = Transcriber(model, _settings(model, beam_size, mode, ctc_weight), window=window)
+        rec = model_or_dir if device is None else model_or_dir.to(device)
+    decode = rec.config.decode.updated(beam_size=beam_size, mode=mode, ctc_weight=ctc_weight)
+    tr = Transcriber(rec, decode, window=window)
     single = isinstance(audio, str | os.PathLike | torch.Tensor)
     items = [audio] if single else list(audio)
     texts = []

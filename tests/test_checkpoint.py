@@ -139,12 +139,11 @@ def test_average_checkpoints_into_model_dir(tmp_path):
         )
     out, used = average_checkpoints(exp, 2, "last", tmp_path / "last2")
     assert [p.name for p in used] == ["epoch_2.pt", "epoch_3.pt"]
-    model = load_model(out)
     k = "encoder.layers.0.ffn.0.weight"
-    assert torch.allclose(model.state_dict()[k], (states[1][k] + states[2][k]) / 2)
+    assert torch.allclose(load_model(out).model.state_dict()[k], (states[1][k] + states[2][k]) / 2)
     out, used = average_checkpoints(exp, 1, "best", tmp_path / "best1")
     assert [p.name for p in used] == ["epoch_3.pt"]
-    assert torch.equal(load_model(out).state_dict()[k], states[2][k])
+    assert torch.equal(load_model(out).model.state_dict()[k], states[2][k])
     with pytest.raises(ValueError, match="--num 5 asked"):
         average_checkpoints(exp, 5, "last", tmp_path / "x")
     with pytest.raises(ValueError, match="--num 4 asked"):

@@ -122,9 +122,9 @@ def test_train_writes_model_dir_and_reruns_idempotently(corpus, tmp_path):
     assert summary["step"] == 4 and summary["epoch"] == 2  # 4 utterances, 2 per batch, 2 epochs
     for name in ("config.yaml", "tokenizer.model", "cmvn.json", "model.pt", "checkpoints/best.json"):
         assert (exp / name).is_file(), name
-    model = load_model(exp)
-    assert model.tokenizer.vocab_size == model.vocab_size
-    assert not torch.equal(model.cmvn.mean, torch.zeros_like(model.cmvn.mean))  # CMVN was computed and loaded
+    rec = load_model(exp)
+    assert rec.tokenizer.vocab_size == rec.model.vocab_size
+    assert not torch.equal(rec.model.cmvn.mean, torch.zeros_like(rec.model.cmvn.mean))  # CMVN was computed and loaded
     recs = read_log(exp)
     train_recs = [r for r in recs if r["kind"] == "train"]
     dev_recs = [r for r in recs if r["kind"] == "dev"]
@@ -333,15 +333,15 @@ def test_memorises_20_librispeech_utterances(corpus, tmp_path):
     summary = train(cfg, tmp_path / "exp")
     minutes = (time.time() - t0) / 60
     assert summary["step"] == 300
-    model = load_model(tmp_path / "exp")
+    rec = load_model(tmp_path / "exp")
     recs = read_manifest(corpus["mem20"])
-    ds = ASRDataset(recs, model.tokenizer, model.config.data, train=False)
+    ds = ASRDataset(recs, rec.tokenizer, rec.config.data, train=False)
     batch = collate([ds[i] for i in range(len(ds))])
-    memory, mem_lens = model.encode(batch.feats, batch.feat_lens)
-    hyps = greedy_search(model, memory, mem_lens)
+    memory, mem_lens = rec.model.encode(batch.feats, batch.feat_lens)
+    hyps = greedy_search(rec.model, memory, mem_lens)
     errors = words = 0
-    for rec, hyp in zip(recs, hyps, strict=True):
-        e, n = word_errors(normalize(rec["text"]), normalize(model.tokenizer.decode(hyp)))
+    for r, hyp in zip(recs, hyps, strict=True):
+        e, n = word_errors(normalize(r["text"]), normalize(rec.tokenizer.decode(hyp)))
         errors += e
         words += n
     wer = 100 * errors / words

@@ -298,35 +298,33 @@ def worker_bf16_decode(threads: int, model_dir: str, manifest: str, batch: int =
     import torch
 
     _set_threads(threads)
-    from asr.audio import fbank_batch, load_audio
+    from asr.audio import load_audio
     from asr.checkpoint import load_model
     from asr.data.manifest import read_manifest
-    from asr.decode.search import recognize
     from asr.scoring import edit_distance
     from asr.text import normalize
 
-    model = load_model(model_dir)
-    cfg = model.config
+    rec = load_model(model_dir)
+    cfg = rec.config
     recs = read_manifest(manifest)
     hyps: dict[str, list[list[int]]] = {"fp32": [], "bf16": []}
     seconds = {"fp32": 0.0, "bf16": 0.0}
     for i in range(0, len(recs), batch):
         chunk = recs[i : i + batch]
-        feats = fbank_batch([load_audio(r["audio"], cfg.data.sample_rate) for r in chunk], cfg.data.sample_rate,
-                            cfg.data.num_mel_bins)
+        feats = rec.features([load_audio(r["audio"], cfg.data.sample_rate) for r in chunk])
         lens = torch.tensor([f.shape[0] for f in feats])
         padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)  # (B, T, F)
         for prec in ("fp32", "bf16"):
             t0 = time.perf_counter()
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=prec == "bf16"):
-                hyps[prec] += [h.tokens for h in recognize(model, padded, lens, cfg.decode)]
+                hyps[prec] += [h.tokens for h in rec.recognize(padded, lens)]
             seconds[prec] += time.perf_counter() - t0
     out = {"utts": len(recs), "same": sum(a == b for a, b in zip(hyps["fp32"], hyps["bf16"], strict=True)) / len(recs)}
     for prec in ("fp32", "bf16"):
         errs = words = 0
         for r, h in zip(recs, hyps[prec], strict=True):
             ref = normalize(r["text"], cfg.data.normalizer).split()
-            errs += edit_distance(ref, normalize(model.tokenizer.decode(h), cfg.data.normalizer).split())
+            errs += edit_distance(ref, normalize(rec.text(h), cfg.data.normalizer).split())
             words += len(ref)
         out[f"wer_{prec}"] = 100.0 * errs / max(words, 1)
         out[f"seconds_{prec}"] = seconds[prec]

@@ -18,8 +18,9 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from ..atomic import atomic_write_text
-from ..audio import AudioError, fbank_batch, load_audio
+from ..audio import AudioError, load_audio
 from ..config import DataConfig
+from ..features import compute_features
 from .dataset import DataError
 
 __all__ = ["CMVNStats", "compute_cmvn_stats"]
@@ -109,7 +110,7 @@ class _CMVNChunks(Dataset):
         for rec in self.records[i * self.chunk : (i + 1) * self.chunk]:
             try:
                 wav = load_audio(rec["audio"], self.cfg.sample_rate, rec.get("offset", 0.0), rec.get("end"))
-                x = fbank_batch([wav], self.cfg.sample_rate, f)[0].to(torch.float64)  # (T, F)
+                x = compute_features([wav], self.cfg)[0].to(torch.float64)  # (T, F)
             except AudioError as e:
                 log.warning("CMVN: skipping %s: %s", rec["id"], e)
                 bad.append(rec["id"])

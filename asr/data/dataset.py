@@ -1,10 +1,10 @@
 """From manifest records to padded batches: on-the-fly features, and the count of unreadable files.
 
 One utterance (in a DataLoader worker): load (offset/end) -> speed perturbation (training) ->
-Kaldi fbank (``asr.audio.fbank_batch``: float32 with float64 fix-ups, within 2e-3 of ``fbank`` and
-about 3x faster; dither in training) -> normalise and tokenize the text. ``collate`` pads a list of
-utterances into a :class:`Batch`; ``asr.data.augment`` changes a batch (training only), and
-``asr.data.filtering`` decides which records are trained on.
+features (``asr.features``: Kaldi fbank; dither in training) -> normalise and tokenize the text.
+``collate`` pads a list of utterances into a :class:`Batch` (decoding and transcription use it too);
+``asr.data.augment`` changes a batch (training only), and ``asr.data.filtering`` decides which
+records are trained on.
 Everything random is a pure function of (seed, epoch, utterance) or of an explicit generator, so a
 resumed run sees the same data.
 """
@@ -23,8 +23,9 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset
 
-from ..audio import AudioError, fbank_batch, load_audio, speed_perturb
+from ..audio import AudioError, load_audio, speed_perturb
 from ..config import DataConfig
+from ..features import compute_features
 from ..text import Tokenizer, normalize
 
 __all__ = ["ASRDataset", "Batch", "DataError", "collate", "check_skip_ratio"]
@@ -158,9 +159,9 @@ class ASRDataset(Dataset):
         if self.dither > 0:
             with torch.random.fork_rng(devices=[]):  # dither draws from the global RNG
                 torch.manual_seed(self._rng(index).getrandbits(63))
-                feats = fbank_batch([wav], sr, self.cfg.num_mel_bins, self.dither)[0]
+                feats = compute_features([wav], self.cfg, self.dither)[0]
         else:
-            feats = fbank_batch([wav], sr, self.cfg.num_mel_bins)[0]
+            feats = compute_features([wav], self.cfg)[0]
         return feats, wav.numel() / sr  # (T, F), seconds
 
 
