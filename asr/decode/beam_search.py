@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import torch
 
 from ..model.asr_model import BLANK_ID
-from .ctc_prefix_score import CTCPrefixScorer
+from ..model.transformer import DecoderCache
+from .ctc_prefix_score import CTCPrefixScorer, CTCPrefixState
 from .greedy import max_lengths
 
 __all__ = ["Hypothesis", "beam_search"]
@@ -38,6 +39,70 @@ class Hypothesis:
 
     tokens: list[int]
     score: float
+
+
+@dataclass
+class _Beams:
+    """The utterances still searching and their W hypotheses each; rows are utterance-major
+    (row ``i * W + j`` is hypothesis j of live utterance i)."""
+
+    utts: torch.Tensor  # (B,) position of each live utterance in the input batch
+    limits: torch.Tensor  # (B,) longest output allowed
+    scores: torch.Tensor  # (B, W) running scores; -inf marks an empty slot
+    seqs: torch.Tensor  # (B*W, step) tokens so far
+    tokens: torch.Tensor  # (B*W,) newest token of each hypothesis (sos at the start)
+    cache: DecoderCache  # self-attention K/V per row; cross-attention K/V per utterance
+    ctc: CTCPrefixState | None  # CTC prefix state per row
+
+    def advance(self, parent, tokens, scores, ctc) -> None:
+        """Rows ``parent`` (B*W,) extended by ``tokens`` (B*W,), with their new scores (B, W)."""
+        self.scores, self.tokens = scores, tokens
+        self.seqs = torch.cat([self.seqs[parent], tokens.unsqueeze(1)], dim=1)
+        self.cache = self.cache.reorder_self(parent)
+        self.ctc = ctc
+
+    def keep(self, keep: torch.Tensor) -> None:
+        """Only the live utterances ``keep`` (B',) stay."""
+        w = self.scores.shape[1]
+        rows = (keep.unsqueeze(1) * w + torch.arange(w, device=keep.device)).flatten()  # (B'*W,)
+        self.utts, self.limits, self.scores = self.utts[keep], self.limits[keep], self.scores[keep]
+        self.seqs, self.tokens = self.seqs[rows], self.tokens[rows]
+        if keep.numel():
+            self.cache = self.cache.index_select(rows, cross_index=keep)
+            if self.ctc is not None:
+                self.ctc = self.ctc.index_select(rows)  # its utt keeps pointing into the scorer's batch
+
+
+def _joint_scores(att, scorer, state, ctc_weight: float, k_pre: int, eos: int):
+    """Step scores of the candidates of each row: (scores (N, K), ids (N, K) or None for the whole
+    vocabulary, CTC log psi (N, K) or None). With CTC the candidates are the ``k_pre`` best tokens
+    of the decoder, plus eos; ``(1 - w) log p_att + w (log psi(h + c) - log psi(h))``."""
+    if scorer is None:
+        return att, None, None
+    n, v = att.shape
+    if k_pre >= v - 1:
+        ids = torch.arange(v, device=att.device).expand(n, v)
+    else:
+        pre = att.clone()
+        pre[:, eos] = -math.inf  # eos is always a candidate, added below
+        pre_ids = pre.topk(k_pre, dim=-1).indices
+        ids = torch.cat([pre_ids, torch.full_like(pre_ids[:, :1], eos)], dim=1)  # (N, K)
+    psi = scorer.score(state, ids)  # (N, K) float64
+    ctc = (psi - state.psi.unsqueeze(1)).float().nan_to_num(nan=-math.inf)
+    return (1 - ctc_weight) * att.gather(1, ids) + ctc_weight * ctc, ids, psi
+
+
+def _end(finished: list[list[Hypothesis]], beams: _Beams, top, parent, tok, eos: int, length_norm: bool):
+    """Move the hypotheses that end (an eos among an utterance's W best candidates) to ``finished``;
+    returns how many each live utterance now has, (B,)."""
+    w = beams.scores.shape[1]
+    ended = (tok == eos) & torch.isfinite(top)
+    ended[:, w:] = False
+    for bi, j in torch.nonzero(ended).tolist():
+        hyp_tokens = beams.seqs[parent[bi, j]].tolist()
+        s = float(top[bi, j])
+        finished[int(beams.utts[bi])].append(Hypothesis(hyp_tokens, s / (len(hyp_tokens) + 1) if length_norm else s))
+    return torch.tensor([len(finished[int(u)]) for u in beams.utts], device=top.device)
 
 
 @torch.inference_mode()
@@ -71,103 +136,69 @@ def beam_search(
     b_total, dev = memory.shape[0], memory.device
     w, v, eos = beam_size, model.vocab_size, model.eos_id
     finished: list[list[Hypothesis]] = [[] for _ in range(b_total)]
-    utts = torch.nonzero(mem_lens > 0).flatten()  # original index of each live utterance, (B,)
+    utts = torch.nonzero(mem_lens > 0).flatten()  # input position of each live utterance, (B,)
     if utts.numel() == 0:
         return [[Hypothesis([], 0.0)] for _ in range(b_total)]
-    limits = max_lengths(mem_lens, max_len, max_len_ratio)[utts]  # (B,)
     b = utts.numel()
-
-    rows = torch.arange(b, device=dev).repeat_interleave(w)  # utterance (position in utts) of each row, (B*W,)
-    # cross-attention K/V once per utterance, shared by its W hypotheses (rows are utterance-major)
-    cache = decoder.init_cache(memory[utts], mem_lens[utts])
-    scorer = state = None
+    rows = torch.arange(b, device=dev).repeat_interleave(w)  # live utterance of each row, (B*W,)
+    scorer = k_pre = None
     if ctc_weight > 0:
         lp = model.ctc_log_probs(memory) if ctc_log_probs is None else ctc_log_probs
         scorer = CTCPrefixScorer(lp[utts], mem_lens[utts], blank=BLANK_ID, eos=eos)
-        state = scorer.initial_state(rows)
         k_pre = v if pre_beam == 0 else min(v - 1, pre_beam or max(1, int(1.5 * w)))  # tokens besides eos
-    scores = torch.full((b, w), -math.inf, device=dev)  # (B, W) running scores; one live beam at start
+    scores = torch.full((b, w), -math.inf, device=dev)  # one live hypothesis per utterance at the start
     scores[:, 0] = 0.0
-    seqs = torch.zeros(b * w, 0, dtype=torch.long, device=dev)  # (B*W, step) tokens so far
-    tokens = torch.full((b * w,), model.sos_id, dtype=torch.long, device=dev)
-    monotone = length_bonus <= 0 and not length_norm
+    beams = _Beams(
+        utts=utts,
+        limits=max_lengths(mem_lens, max_len, max_len_ratio)[utts],
+        scores=scores,
+        seqs=torch.zeros(b * w, 0, dtype=torch.long, device=dev),
+        tokens=torch.full((b * w,), model.sos_id, dtype=torch.long, device=dev),
+        cache=decoder.init_cache(memory[utts], mem_lens[utts]),  # cross K/V once per utterance
+        ctc=scorer.initial_state(rows) if scorer else None,
+    )
+    monotone = length_bonus <= 0 and not length_norm  # scores only fall: a finished best cannot be beaten
 
     step = 0
     while b > 0:
-        logits, cache = decoder.step(tokens, cache)  # (B*W, V)
+        logits, beams.cache = decoder.step(beams.tokens, beams.cache)  # (B*W, V)
         att = torch.log_softmax(logits.float(), dim=-1)
         att[:, BLANK_ID] = -math.inf  # blank is never a decoder target
         if step < min_len:
             att[:, eos] = -math.inf
-        at_limit = (limits <= step).repeat_interleave(w)  # (B*W,) only eos may follow
-        if scorer is None:
-            cand_ids = None  # candidates are the whole vocabulary
-            cand = att  # (B*W, V)
-        else:
-            if k_pre >= v - 1:
-                cand_ids = torch.arange(v, device=dev).expand(b * w, v)
-            else:
-                pre = att.clone()
-                pre[:, eos] = -math.inf  # eos is always a candidate, added below
-                pre_ids = pre.topk(k_pre, dim=-1).indices
-                cand_ids = torch.cat([pre_ids, torch.full_like(pre_ids[:, :1], eos)], dim=1)  # (B*W, K)
-            psi = scorer.score(state, cand_ids)  # (B*W, K) float64
-            ctc = (psi - state.psi.unsqueeze(1)).float().nan_to_num(nan=-math.inf)
-            cand = (1 - ctc_weight) * att.gather(1, cand_ids) + ctc_weight * ctc
+        cand, cand_ids, psi = _joint_scores(att, scorer, beams.ctc, ctc_weight, k_pre, eos)
         cand = cand + length_bonus
+        at_limit = (beams.limits <= step).repeat_interleave(w)  # (B*W,) only eos may follow
         if bool(at_limit.any()):
             is_eos = (cand_ids == eos) if cand_ids is not None else (torch.arange(v, device=dev) == eos)
             cand = torch.where(at_limit.unsqueeze(1) & ~is_eos, -math.inf, cand)
+
+        # the 2W best candidates of each utterance (as in fairseq): eos among the first W ends a
+        # hypothesis, the first W that are not eos continue
         kc = cand.shape[1]
-        total = (scores.view(-1, 1) + cand).view(b, w * kc)  # (B, W*K)
+        total = (beams.scores.view(-1, 1) + cand).view(b, w * kc)  # (B, W*K)
         top, flat = total.topk(min(2 * w, w * kc), dim=1)  # (B, 2W)
-        parent_local = torch.div(flat, kc, rounding_mode="floor")
-        parent = parent_local + torch.arange(b, device=dev).unsqueeze(1) * w  # row index, (B, 2W)
+        parent = torch.div(flat, kc, rounding_mode="floor") + torch.arange(b, device=dev).unsqueeze(1) * w
         tok = flat % kc if cand_ids is None else cand_ids[parent, flat % kc]  # (B, 2W)
-        ended = (tok == eos) & torch.isfinite(top)
-        ended[:, w:] = False
-
-        # ended hypotheses move to the finished lists
-        n_fin = torch.tensor([len(finished[int(u)]) for u in utts], device=dev)
-        for bi, j in torch.nonzero(ended).tolist():
-            hyp_tokens = seqs[parent[bi, j]].tolist()
-            s = float(top[bi, j])
-            if length_norm:
-                s /= len(hyp_tokens) + 1
-            finished[int(utts[bi])].append(Hypothesis(hyp_tokens, s))
-        n_fin = n_fin + ended.sum(1)
-
-        # the first W candidates that are not eos continue
+        n_fin = _end(finished, beams, top, parent, tok, eos, length_norm)
         order = (torch.arange(top.shape[1], device=dev) + (tok == eos) * top.shape[1]).argsort(dim=1)[:, :w]
-        scores = top.gather(1, order)  # (B, W)
         sel_parent = parent.gather(1, order).flatten()  # (B*W,)
         tokens = tok.gather(1, order).flatten()
-        seqs = torch.cat([seqs[sel_parent], tokens.unsqueeze(1)], dim=1)
-        cache = cache.reorder_self(sel_parent)  # cross K/V: one row per utterance, shared by its beams
+        ctc = None
         if scorer is not None:
-            sel_k = (flat % kc).gather(1, order).flatten()
-            state = scorer.extend(state, sel_parent, tokens, psi[sel_parent, sel_k])
+            ctc = scorer.extend(beams.ctc, sel_parent, tokens, psi[sel_parent, (flat % kc).gather(1, order).flatten()])
+        beams.advance(sel_parent, tokens, top.gather(1, order), ctc)
         step += 1
 
-        # which utterances are done
-        best_run = scores.max(1).values  # (B,)
-        best_fin = torch.tensor([max((h.score for h in finished[int(u)]), default=-math.inf) for u in utts], device=dev)
-        done = (n_fin >= w) | (limits < step) | torch.isneginf(best_run)
+        # an utterance is done with W ended hypotheses, past its limit, or when nothing can improve
+        best_run = beams.scores.max(1).values  # (B,)
+        done = (n_fin >= w) | (beams.limits < step) | torch.isneginf(best_run)
         if monotone:
-            done |= best_fin >= best_run
+            best_fin = [max((h.score for h in finished[int(u)]), default=-math.inf) for u in beams.utts]
+            done |= torch.tensor(best_fin, device=dev) >= best_run
         if bool(done.any()):
-            keep = torch.nonzero(~done).flatten()  # (B',)
-            keep_rows = (keep.unsqueeze(1) * w + torch.arange(w, device=dev)).flatten()
-            utts, limits, scores = utts[keep], limits[keep], scores[keep]
-            seqs, tokens = seqs[keep_rows], tokens[keep_rows]
-            b = keep.numel()
-            if b:
-                cache = cache.index_select(keep_rows, cross_index=keep)
-                if scorer is not None:
-                    state = state.index_select(keep_rows)  # its utt keeps pointing into the scorer's batch
+            beams.keep(torch.nonzero(~done).flatten())
+            b = beams.utts.numel()
 
-    out = []
-    for hyps in finished:
-        hyps.sort(key=lambda h: h.score, reverse=True)
-        out.append(hyps[:nbest] if hyps else [Hypothesis([], -math.inf)])
-    return out
+    best_first = [sorted(hyps, key=lambda h: h.score, reverse=True) for hyps in finished]
+    return [hyps[:nbest] or [Hypothesis([], -math.inf)] for hyps in best_first]
