@@ -19,13 +19,16 @@ from typing import Any
 import torch
 
 from .atomic import atomic_write
-from .config import Config, load_config, save_config
+from .config import Config, ConfigError, TrainConfig, load_config, save_config
 from .recognizer import Recognizer
 from .text import TOKENIZER_FILE, Tokenizer
 
 __all__ = [
     "atomic_save",
     "check_state_fits",
+    "check_same_model",
+    "update_best",
+    "SHAPE_KEYS",
     "safe_load",
     "save_model_dir",
     "load_model",
@@ -128,6 +131,33 @@ def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu")
 # Training checkpoints: exp/NAME/checkpoints/{epoch_E,step_S}.pt, each one plain dict with model,
 # optimizer, scheduler, scaler, sampler position, RNG states (as tensors), step, epoch, config.
 # "epoch_E.pt" is written when epoch E (1-based) ends; "step_S.pt" every N steps inside an epoch.
+
+
+SHAPE_KEYS = ("input_dim", "d_model", "heads", "ffn_dim", "encoder_layers", "decoder_layers", "frontend", "stack",
+              "conv_channels", "conv_stack", "norm", "vocab_size")  # fmt: skip
+
+
+def check_same_model(saved_model: dict[str, Any], cfg: Config, exp: Path) -> None:
+    """A checkpoint's weights only fit the model it was trained as: refuse a changed architecture
+    (dropout, loss weights and the like may change, with a warning)."""
+    for k, v in saved_model.items():
+        now = getattr(cfg.model, k)
+        if (k == "vocab_size" and now == 0) or now == v:
+            continue
+        if k in SHAPE_KEYS:
+            raise ConfigError(
+                f"model.{k}: {exp} was trained with {v!r}, the config now says {now!r}; "
+                f"use another --out for a different model"
+            )
+        log.warning("model.%s changed from %r to %r since the checkpoint: the run continues with %r", k, v, now, now)
+
+
+def update_best(best: list[dict], name: str, value: float, epoch: int, step: int, tcfg: TrainConfig) -> list[dict]:
+    """Keep the ``keep_best`` best epoch checkpoints by ``best_metric`` (loss/WER lower, acc higher)."""
+    higher = tcfg.best_metric == "dev_acc"
+    entries = [b for b in best if b["name"] != name] + [{"name": name, "value": value, "epoch": epoch, "step": step}]
+    entries.sort(key=lambda b: -b["value"] if higher else b["value"])
+    return entries[: tcfg.keep_best]
 
 
 def checkpoint_path(exp_dir: str | os.PathLike, kind: str, number: int) -> Path:

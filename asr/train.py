@@ -46,22 +46,26 @@ from .checkpoint import (
     CMVN_FILE,
     CONFIG_FILE,
     atomic_save,
+    check_same_model,
     check_state_fits,
     checkpoint_path,
     load_latest_checkpoint,
     prune_checkpoints,
     save_model_dir,
+    update_best,
 )
-from .config import Config, ConfigError, TrainConfig, save_config
+from .config import Config, ConfigError, save_config
+from .data.pipeline import build_data, compute_cmvn, dummy_batch, make_loader, make_sampler
 from .hardware import autocast, cpu_info, resolve_precision
+from .optim import build_optimizer
 from .runtime import LOG_FILE, DistEnv, MetricsLog, StopFlag, all_reduce, rng_state, set_rng_state, setup_distributed
 from .text import TOKENIZER_FILE
+from .validate import validate
 
-__all__ = ["train", "lr_factor", "setup_distributed", "word_errors", "TrainingAborted", "LOG_FILE"]
+__all__ = ["train", "setup_distributed", "TrainingAborted", "LOG_FILE"]
 
 log = logging.getLogger(__name__)
 
-CMVN_MAX_UTTERANCES = 2000  # CMVN from a fixed random subset of the training set: plenty for 80 means/variances
 SKIP_CHECK_MIN = 1000  # files seen in an epoch before data.max_skip_ratio is checked mid-epoch
 
 
@@ -69,161 +73,13 @@ class TrainingAborted(RuntimeError):
     """Training stopped on a fault (too many bad steps, too many unreadable files)."""
 
 
-def lr_factor(step: int, cfg: TrainConfig, total_steps: int) -> float:
-    """Learning rate / ``train.lr`` after ``step`` optimiser steps (``step`` counts from 0).
-
-    noam: ESPnet's WarmupLR, ``min(s / w, sqrt(w / s))`` with s = step + 1, peak 1 at s = w;
-    cosine: linear warmup, then half a cosine down to ``min_lr`` at ``total_steps``;
-    constant: linear warmup, then 1.
-    """
-    s = step + 1
-    w = cfg.warmup_steps
-    if cfg.scheduler == "noam":
-        return min(s / w, math.sqrt(w / s)) if w > 0 else 1.0 / math.sqrt(s)
-    if s < w:
-        return s / w
-    if cfg.scheduler == "constant":
-        return 1.0
-    floor = cfg.min_lr / cfg.lr
-    progress = min(1.0, (s - w) / max(1, total_steps - w))
-    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def word_errors(ref: str, hyp: str) -> tuple[int, int]:
-    """(edit distance in words, reference words) of two normalised transcripts (``asr.scoring``'s)."""
-    from .scoring import edit_distance
-
-    r = ref.split()
-    return edit_distance(r, hyp.split()), len(r)
-
-
-# ----------------------------------------------------------------------------- data
-def build_data(cfg: Config, tokenizer, model) -> dict[str, tuple[list[dict], Any] | None]:
-    """Filtered train/dev records and their datasets (``{"train": (records, dataset), "dev": ...}``)."""
-    from .data.dataset import ASRDataset
-    from .data.filtering import filter_records
-    from .data.manifest import read_manifest
-
-    if not cfg.data.train:
-        raise ConfigError("data.train: expected the training manifest (JSON Lines), got nothing")
-    sets: dict[str, tuple[list[dict], Any] | None] = {}
-    for name, path in (("train", cfg.data.train), ("dev", cfg.data.dev)):
-        if not path:
-            sets[name] = None
-            continue
-        train = name == "train"
-        records, _ = filter_records(
-            read_manifest(path),
-            tokenizer,
-            cfg.data,
-            min_input_frames=model.min_input_frames,
-            encoder_lengths=model.encoder_lengths,
-            speed_perturb=cfg.data.speed_perturb if train else (),
-            what=f"{name} ({path})",
-        )
-        if not records:
-            raise ValueError(f"{path}: no utterances left after filtering (the log says why)")
-        sets[name] = (records, ASRDataset(records, tokenizer, cfg.data, train=train, seed=cfg.train.seed))
-    return sets
-
-
-def make_sampler(durations: list[float], cfg: Config, env: DistEnv, shuffle: bool):
-    """This rank's duration-bucketed batches (``data.max_frames`` padded frames, ``max_utterances``)."""
-    from .data.sampler import DynamicBucketSampler
-
-    d = cfg.data
-    return DynamicBucketSampler(durations, d.max_frames, d.max_utterances, d.num_buckets, seed=cfg.train.seed,
-                                rank=env.rank, world_size=env.world_size, shuffle=shuffle)  # fmt: skip
-
-
-def make_loader(dataset, sampler, cfg: Config, epoch: int, device: torch.device):
-    """A DataLoader for one epoch. Its worker seeds come from its own generator seeded by
-    (seed, epoch): creating it draws nothing from the global RNG, so resuming changes nothing."""
-    from .data.dataset import collate
-
-    n = cfg.data.num_workers
-    return torch.utils.data.DataLoader(
-        dataset,
-        batch_sampler=sampler,
-        collate_fn=collate,
-        num_workers=n,
-        pin_memory=device.type == "cuda",
-        generator=torch.Generator().manual_seed(cfg.train.seed * 1_000_003 + epoch),
-        prefetch_factor=4 if n > 0 else None,
-    )
-
-
-def compute_cmvn(records: list[dict], cfg: Config):
-    """Global CMVN statistics from a fixed random subset (``CMVN_MAX_UTTERANCES``) of the training set."""
-    from .data.cmvn import compute_cmvn_stats
-
-    rng = random.Random(cfg.train.seed)
-    subset = records if len(records) <= CMVN_MAX_UTTERANCES else rng.sample(records, CMVN_MAX_UTTERANCES)
-    stats, unreadable = compute_cmvn_stats(subset, cfg.data, num_workers=cfg.data.num_workers, progress=None)
-    log.info("CMVN statistics from %d utterances (%d frames, %d unreadable)", len(subset), stats.count, len(unreadable))
-    return stats
-
-
-def dummy_batch(model, device: torch.device):
-    """A one-utterance batch for a rank whose micro-batch lost every file: it runs forward and
-    backward with weight 0 so the DDP gradient all-reduce still meets every rank."""
-    t = max(model.min_input_frames, 16)
-    feats = torch.zeros(1, t, model.cfg.input_dim, device=device)  # (1, T, F)
-    lens = torch.tensor([t], device=device)
-    return (
-        feats,
-        lens,
-        torch.ones(1, 1, dtype=torch.long, device=device),
-        torch.ones(1, dtype=torch.long, device=device),
-    )
-
-
-# ----------------------------------------------------------------------------- validation
-@torch.no_grad()
-def validate(model, loader, records_by_id, tokenizer, cfg: Config, env: DistEnv, precision: str) -> dict[str, float]:
-    """Dev loss (per utterance, as in training), token accuracy, greedy WER; summed over ranks."""
-    from .decode import greedy_search
-    from .text import normalize
-
-    model.eval()
-    loss_sum = utts = correct = tokens = errors = words = 0.0
-    for batch in loader:
-        if batch.feats.shape[0] == 0:
-            continue
-        feats, feat_lens = batch.feats.to(env.device), batch.feat_lens.to(env.device)
-        toks, tok_lens = batch.tokens.to(env.device), batch.token_lens.to(env.device)
-        with autocast(precision, env.device):
-            out = model(feats, feat_lens, toks, tok_lens)
-            b = feats.shape[0]
-            loss_sum += float(out["loss"]) * b
-            utts += b
-            if "num_tokens" in out:
-                correct += float(out["acc"]) * float(out["num_tokens"])
-                tokens += float(out["num_tokens"])
-            if cfg.train.dev_wer and model.decoder is not None:
-                memory, mem_lens = model.encode(feats, feat_lens)
-                hyps = greedy_search(model, memory, mem_lens, max_len_ratio=cfg.decode.max_len_ratio)
-                for uid, hyp in zip(batch.ids, hyps, strict=True):
-                    ref = normalize(records_by_id[uid]["text"], cfg.data.normalizer)
-                    e, n = word_errors(ref, normalize(tokenizer.decode(hyp), cfg.data.normalizer))
-                    errors += e
-                    words += n
-    loss_sum, utts, correct, tokens, errors, words = all_reduce([loss_sum, utts, correct, tokens, errors, words], env)
-    model.train()
-    metrics = {"dev_loss": loss_sum / max(utts, 1), "dev_acc": correct / max(tokens, 1)}
-    if cfg.train.dev_wer and words > 0:
-        metrics["dev_wer"] = 100.0 * errors / words
-    return metrics
-
-
-# ----------------------------------------------------------------------------- the run
 def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str = "auto") -> dict[str, Any]:
     """Train ``cfg`` into the experiment directory ``out``; continue from its newest checkpoint if
     it has one (``resume=True`` insists that it does). Returns a summary (step, epoch, metrics).
     Exits early, after saving a checkpoint, on SIGTERM/SIGINT (``summary["stopped_by"]``)."""
     joined = dist.is_available() and dist.is_initialized()
     env = setup_distributed(device)
-    summary = _train(cfg, Path(out), resume, env)
+    summary = Trainer(cfg, Path(out), resume, env).run()
     if not joined and dist.is_available() and dist.is_initialized():
         # Leave the group we joined, on success only (every rank has passed the final barrier): a gloo
         # group left to interpreter exit aborts the process now and then ("terminate called without
@@ -245,10 +101,7 @@ class StepStats:
     nonfinite: float = 0.0  # micro-batches whose loss was not finite
     stop: float = 0.0  # a rank received SIGTERM/SIGINT
     oom: bool = False  # this (single) process ran out of memory on a micro-batch: the step was skipped
-
-
-def _train(cfg: Config, exp: Path, resume: bool, env: DistEnv) -> dict[str, Any]:
-    return Trainer(cfg, exp, resume, env).run()
+    bad: bool = False  # non-finite loss or gradient: no update (every rank agrees)
 
 
 class Trainer:
@@ -272,7 +125,7 @@ class Trainer:
             raise FileNotFoundError(f"{exp}: --resume given but there is no checkpoint to resume from")
         ck = found[1] if found else None
         if ck is not None:
-            _check_same_model(ck["config"]["model"], cfg, exp)
+            check_same_model(ck["config"]["model"], cfg, exp)
             if env.is_main:
                 log.info("resuming %s from %s (epoch %d, step %d)", exp, found[0].name, ck["epoch"], ck["step"])
         # --- tokenizer, model, data, model directory files
@@ -308,12 +161,7 @@ class Trainer:
         stretch = 1.0 / min(cfg.data.speed_perturb) if cfg.data.speed_perturb else 1.0
         self.sampler = make_sampler([r["duration"] * stretch for r in self.train_records], cfg, env, shuffle=True)
         total_steps = tcfg.max_steps or math.ceil(len(self.sampler) / tcfg.accum_grad) * tcfg.epochs
-        decay = [p for p in model.parameters() if p.dim() >= 2]
-        no_decay = [p for p in model.parameters() if p.dim() < 2]
-        groups = [{"params": decay, "weight_decay": tcfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        opt_cls = torch.optim.AdamW if tcfg.optimizer == "adamw" else torch.optim.Adam
-        self.optimizer = opt_cls(groups, lr=tcfg.lr, betas=tuple(tcfg.betas), eps=tcfg.eps)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, tcfg, total_steps))
+        self.optimizer, self.scheduler = build_optimizer(model, tcfg, total_steps)
         self.scaler = torch.amp.GradScaler(env.device.type, enabled=self.precision == "fp16")
         self.augment_gen = torch.Generator().manual_seed(tcfg.seed * 1_000_003 + env.rank)
         self.step = self.epoch = self.bad_in_row = 0
@@ -375,7 +223,7 @@ class Trainer:
             return
         path = checkpoint_path(self.exp, kind, self.epoch if kind == "epoch" else self.step)  # epoch: finished ones
         if metrics and tcfg.best_metric in metrics:
-            self.best = _update_best(self.best, path.name, metrics[tcfg.best_metric], self.epoch, self.step, tcfg)
+            self.best = update_best(self.best, path.name, metrics[tcfg.best_metric], self.epoch, self.step, tcfg)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_save({
             "model": self.raw_model.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -460,7 +308,7 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             self.scheduler.step()
             self.step += 1
-        self.last_step_bad = bad
+        stats.bad = bad
         return stats
 
     def _bad_step(self, what: str) -> None:
@@ -549,7 +397,7 @@ class Trainer:
                     bar.update(len(group))
                     if stats.oom:
                         continue
-                    if self.env.is_main and not self.last_step_bad:
+                    if self.env.is_main and not stats.bad:
                         self._log_step(stats, bar)
                     if stats.stop:
                         self.save("step", batches_done)
@@ -558,7 +406,7 @@ class Trainer:
                     if tcfg.max_steps and self.step >= tcfg.max_steps:
                         break
                     interval = tcfg.checkpoint_interval
-                    if interval and self.step % interval == 0 and not self.last_step_bad:
+                    if interval and self.step % interval == 0 and not stats.bad:
                         if batches_done < len(sampler):  # at the epoch's end the epoch checkpoint follows
                             self.save("step", batches_done)
                 bar.close()
@@ -571,30 +419,3 @@ class Trainer:
             dist.barrier()
         summary.update(step=self.step, epoch=self.epoch, **self.counters)
         return summary
-
-
-SHAPE_KEYS = ("input_dim", "d_model", "heads", "ffn_dim", "encoder_layers", "decoder_layers", "frontend", "stack",
-              "conv_channels", "conv_stack", "norm", "vocab_size")  # fmt: skip
-
-
-def _check_same_model(saved_model: dict[str, Any], cfg: Config, exp: Path) -> None:
-    """A checkpoint's weights only fit the model it was trained as: refuse a changed architecture
-    (dropout, loss weights and the like may change, with a warning)."""
-    for k, v in saved_model.items():
-        now = getattr(cfg.model, k)
-        if (k == "vocab_size" and now == 0) or now == v:
-            continue
-        if k in SHAPE_KEYS:
-            raise ConfigError(
-                f"model.{k}: {exp} was trained with {v!r}, the config now says {now!r}; "
-                f"use another --out for a different model"
-            )
-        log.warning("model.%s changed from %r to %r since the checkpoint: the run continues with %r", k, v, now, now)
-
-
-def _update_best(best: list[dict], name: str, value: float, epoch: int, step: int, tcfg: TrainConfig) -> list[dict]:
-    """Keep the ``keep_best`` best epoch checkpoints by ``best_metric`` (loss/WER lower, acc higher)."""
-    higher = tcfg.best_metric == "dev_acc"
-    entries = [b for b in best if b["name"] != name] + [{"name": name, "value": value, "epoch": epoch, "step": step}]
-    entries.sort(key=lambda b: -b["value"] if higher else b["value"])
-    return entries[: tcfg.keep_best]

@@ -22,7 +22,9 @@ import yaml
 from asr import speed
 from asr.checkpoint import list_checkpoints, load_model, safe_load
 from asr.config import ConfigError, TrainConfig, load_config
-from asr.train import LOG_FILE, TrainingAborted, lr_factor, train, word_errors
+from asr.optim import lr_factor
+from asr.train import LOG_FILE, TrainingAborted, train
+from asr.validate import word_errors
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_MODEL = {"d_model": 96, "heads": 4, "ffn_dim": 384, "encoder_layers": 3, "decoder_layers": 2}
@@ -386,10 +388,10 @@ def test_plot_writes_png_or_says_what_is_missing(corpus, tmp_path):
 def test_resume_names_the_first_tensor_that_does_not_fit(tmp_path):
     """A checkpoint whose tensors do not match the model of the config is a clear error naming the
     tensor and both shapes (conv_channels and conv_stack are checked by name too)."""
+    from asr.checkpoint import SHAPE_KEYS
     from asr.checkpoint import check_state_fits as _check_same_shapes
     from asr.config import ModelConfig
     from asr.model import ASRModel
-    from asr.train import SHAPE_KEYS
 
     assert {"conv_channels", "conv_stack"} <= set(SHAPE_KEYS)
     cfg = dict(input_dim=40, d_model=32, heads=2, ffn_dim=64, encoder_layers=1, decoder_layers=1, vocab_size=8,
