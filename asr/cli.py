@@ -47,8 +47,14 @@ def add_download(sub: argparse._SubParsersAction) -> None:
     ls.add_argument("--subsets", nargs="+", required=True, metavar="SUBSET")
     ls.add_argument("--mirror", default=None, help="base URL holding <subset>.tar.gz (default: openslr.org)")
     ls.add_argument("--keep-archives", action="store_true", help="keep the .tar.gz files after extraction")
-    fs = corpora.add_parser("fsdd", help="the Free Spoken Digit Dataset's GitHub archive")
-    fs.add_argument("--corpus-dir", required=True, help="the recordings land in CORPUS_DIR/free-spoken-digit-dataset")
+    fs = corpora.add_parser("fsdd", help="the Free Spoken Digit Dataset: check CORPUS_DIR's recordings, or fetch "
+                            "a pinned upstream commit (each recording SHA-256-checked before extraction)")
+    fs.add_argument("--corpus-dir", required=True,
+                    help="holds recordings/ (checked against its SHA256SUMS when it has one, e.g. corpora/fsdd); "
+                    "a download lands in CORPUS_DIR/free-spoken-digit-dataset")
+    fs.add_argument("--no-fetch", action="store_true", help="only check the recordings CORPUS_DIR holds; fetch nothing")
+    fs.add_argument("--url", default=None, help="the archive to fetch (default: FSDD's pinned commit on GitHub)")
+    fs.add_argument("--sha256", default=None, help="SHA-256 of the whole archive, when known")
 
 
 def run_download(args: argparse.Namespace) -> int:
@@ -64,9 +70,12 @@ def run_download(args: argparse.Namespace) -> int:
             for d in dirs:
                 print(d)
         else:
-            from .data.fsdd import download_fsdd
+            from .data.fsdd import FSDD_URL, download_fsdd, verify_fsdd
 
-            print(download_fsdd(args.corpus_dir))
+            if not args.no_fetch:
+                download_fsdd(args.corpus_dir, args.url or FSDD_URL, args.sha256)
+            rec, checked = verify_fsdd(args.corpus_dir)
+            print(f"{rec}: {checked} files match SHA256SUMS" if checked is not None else f"{rec}: no SHA256SUMS")
     except DownloadError as e:
         print(f"asr download: error: {e}", file=sys.stderr)
         return 2
@@ -97,7 +106,8 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
     fs = corpora.add_parser("fsdd", help="Free Spoken Digit Dataset: isolated and connected digits")
     fs.add_argument("--corpus-dir", required=True, help="holds recordings/ (or */recordings/); downloads go here")
     fs.add_argument("--out", required=True, help="folder for the manifests and the connected-digit wavs")
-    fs.add_argument("--download", action="store_true", help="fetch the GitHub archive when no recordings are found")
+    fs.add_argument("--download", action="store_true",
+                    help="fetch FSDD's pinned upstream commit (SHA-256-checked) when no recordings are found")
     fs.add_argument("--seed", type=int, default=0)
     fs.add_argument("--dev-speakers", nargs="*", default=None, metavar="SPEAKER",
                     help="speakers held out for dev (all takes); default none")

@@ -8,6 +8,7 @@ import json
 import logging
 import re
 import shutil
+import socket
 import tarfile
 import threading
 import zipfile
@@ -21,8 +22,17 @@ import soundfile as sf
 
 from asr.audio import load_audio
 from asr.cli import main
-from asr.data.download import DownloadError, download
-from asr.data.fsdd import DIGIT_WORDS, FsddOptions, download_fsdd, prepare_fsdd
+from asr.data.download import ChecksumError, DownloadError, FetchError, download
+from asr.data.fsdd import (
+    BUNDLED_FSDD,
+    DIGIT_WORDS,
+    FSDD_COMMIT,
+    FSDD_URL,
+    FsddOptions,
+    download_fsdd,
+    prepare_fsdd,
+    verify_fsdd,
+)
 from asr.data.kaldi import prepare_kaldi
 from asr.data.librispeech import PrepareError, download_librispeech, prepare_librispeech
 from asr.data.manifest import read_manifest
@@ -348,6 +358,12 @@ def test_cli_prepare_kaldi_pipe_error(tmp_path, capsys) -> None:
 # ----------------------------------------------------------------------------------------------------- FSDD
 
 SMALL = dict(num_train=12, num_dev=6, num_test=6)
+FSDD = BUNDLED_FSDD  # the recordings that ship with the repository (FLAC): no ../shared/data needed
+
+
+def _clip(folder: Path, take: str) -> Path:
+    """The file of ``take`` (``{digit}_{speaker}_{index}``) in ``folder``, FLAC or WAV."""
+    return next(p for p in (folder / f"{take}.flac", folder / f"{take}.wav") if p.is_file())
 
 
 def _fsdd_checks(out: Path, clips: Path, train_spk: set[str], test_spk: set[str], lo: int = 5, hi: int = 49) -> None:
@@ -369,15 +385,15 @@ def _fsdd_checks(out: Path, clips: Path, train_spk: set[str], test_spk: set[str]
             info = sf.info(r["audio"])
             assert info.samplerate == 16000 and info.duration == pytest.approx(r["duration"], abs=1e-3)
             # takes (training takes may have weak edges cut) + gaps (50-400 ms) + edges (50-250 ms each)
-            speech = sum(sf.info(str(clips / f"{t}.wav")).duration for t in r["takes"])
+            speech = sum(sf.info(str(_clip(clips, t))).duration for t in r["takes"])
             k = len(takes)
             shortest = 0.0 if split == "train" else speech
             assert shortest + 0.05 * (k - 1) + 0.1 - 0.01 <= r["duration"] <= speech + 0.4 * (k - 1) + 0.5 + 0.01
 
 
-def test_fsdd_shared_corpus(data_root, tmp_path) -> None:
+def test_fsdd_bundled_corpus(tmp_path) -> None:
     out = tmp_path / "fsdd"
-    counts = prepare_fsdd(data_root / "fsdd", out, options=FsddOptions(seed=3, **SMALL), progress=False)
+    counts = prepare_fsdd(FSDD, out, options=FsddOptions(seed=3, **SMALL), progress=False)
     # 5 speakers found; the default test speaker is the last in sorted order
     assert counts == {"digits_train": 4 * 10 * 45, "train": 12, "digits_dev": 4 * 10 * 5, "dev": 6,
                       "digits_test": 500, "test": 6}
@@ -387,7 +403,8 @@ def test_fsdd_shared_corpus(data_root, tmp_path) -> None:
     assert {r["speaker"] for r in train} == {"george", "jackson", "lucas", "nicolas"}
     assert all(5 <= int(r["id"].rsplit("-", 1)[1]) <= 49 for r in train)
     assert Counter(r["text"] for r in train)["ZERO"] == 4 * 45
-    _fsdd_checks(out, data_root / "fsdd" / "recordings", {"george", "jackson", "lucas", "nicolas"}, {"yweweler"})
+    assert all(r["audio"].endswith(".flac") for r in test)
+    _fsdd_checks(out, FSDD / "recordings", {"george", "jackson", "lucas", "nicolas"}, {"yweweler"})
 
 
 def test_trim_weak_edges_cuts_only_frames_below_the_threshold() -> None:
@@ -411,12 +428,12 @@ def test_fsdd_trim_options_are_checked(bad) -> None:
         FsddOptions(**bad).validate()
 
 
-def test_fsdd_trimming_only_touches_training_takes(data_root, tmp_path) -> None:
+def test_fsdd_trimming_only_touches_training_takes(tmp_path) -> None:
     """--trim-prob cuts weak edges of training takes only, and leaves the rest of the draw as it was."""
     durations = {}
     for prob in (0.0, 1.0):
         out = tmp_path / f"p{prob}"
-        prepare_fsdd(data_root / "fsdd", out, options=FsddOptions(seed=2, trim_prob=prob, **SMALL), progress=False)
+        prepare_fsdd(FSDD, out, options=FsddOptions(seed=2, trim_prob=prob, **SMALL), progress=False)
         durations[prob] = {s: [(r["takes"], r["duration"]) for r in read_manifest(out / f"{s}.jsonl")]
                            for s in ("train", "dev", "test")}
     for split in ("dev", "test"):
@@ -426,12 +443,12 @@ def test_fsdd_trimming_only_touches_training_takes(data_root, tmp_path) -> None:
     assert sum(d for _, d in trimmed) < sum(d for _, d in plain)
 
 
-def test_fsdd_deterministic_for_a_seed(data_root, tmp_path) -> None:
+def test_fsdd_deterministic_for_a_seed(tmp_path) -> None:
     opts = dict(num_train=5, num_dev=3, num_test=3)
 
     def run(name: str, seed: int) -> tuple[list[str], list[bytes]]:
         out = tmp_path / name
-        prepare_fsdd(data_root / "fsdd", out, options=FsddOptions(seed=seed, **opts), progress=False)
+        prepare_fsdd(FSDD, out, options=FsddOptions(seed=seed, **opts), progress=False)
         lines = (out / "train.jsonl").read_text().splitlines() + (out / "test.jsonl").read_text().splitlines()
         wavs = [p.read_bytes() for p in sorted((out / "wav").rglob("*.wav"))]
         return lines, wavs
@@ -440,20 +457,20 @@ def test_fsdd_deterministic_for_a_seed(data_root, tmp_path) -> None:
     assert a == b  # manifests (relative paths) and audio bytes identical
     assert a[0] != c[0]
     # running again over an existing output replaces it cleanly
-    prepare_fsdd(data_root / "fsdd", tmp_path / "a", options=FsddOptions(seed=7, num_train=2, num_dev=1,
+    prepare_fsdd(FSDD, tmp_path / "a", options=FsddOptions(seed=7, num_train=2, num_dev=1,
                  num_test=1), progress=False)
     assert len(list((tmp_path / "a" / "wav" / "train").glob("*.wav"))) == 2
 
 
-def test_fsdd_speaker_options_and_discovery(data_root, tmp_path) -> None:
-    src = data_root / "fsdd" / "recordings"
+def test_fsdd_speaker_options_and_discovery(tmp_path) -> None:
+    src = FSDD / "recordings"
     # a corpus with other speaker names and only a few takes: nothing may assume FSDD's speaker list
     corpus = tmp_path / "corpus" / "recordings"
     corpus.mkdir(parents=True)
     for new, old in (("anna", "george"), ("bob", "jackson"), ("carl", "lucas")):
         for d in range(10):
             for t in range(8):
-                shutil.copyfile(src / f"{d}_{old}_{t}.wav", corpus / f"{d}_{new}_{t}.wav")
+                shutil.copyfile(src / f"{d}_{old}_{t}.flac", corpus / f"{d}_{new}_{t}.flac")
     (corpus / "README.wav").write_bytes(b"")  # not an FSDD name: skipped with a warning
     out = tmp_path / "out"
     opts = FsddOptions(seed=1, train_takes=(2, 7), **SMALL)
@@ -469,37 +486,106 @@ def test_fsdd_speaker_options_and_discovery(data_root, tmp_path) -> None:
         prepare_fsdd(tmp_path / "corpus", out, dev_speakers=["anna", "bob"], options=opts)
     with pytest.raises(PrepareError, match="in both --dev-speakers and --test-speakers"):
         prepare_fsdd(tmp_path / "corpus", out, dev_speakers=["anna"], test_speakers=["anna"], options=opts)
-    with pytest.raises(PrepareError, match="no FSDD recordings .* --download"):
+    with pytest.raises(PrepareError, match="no FSDD recordings .* --download .* bundled"):
         prepare_fsdd(tmp_path / "out" / "wav", out)
+    shutil.copyfile(src / "0_george_0.flac", corpus / "0_anna_0.wav")  # one take twice: which is meant?
+    with pytest.raises(PrepareError, match="0_anna_0.flac and 0_anna_0.wav are the same take"):
+        prepare_fsdd(tmp_path / "corpus", out, options=opts)
 
 
-def test_fsdd_download_from_github_archive_layout(data_root, tmp_path, http_server) -> None:
-    state, url = http_server
-    src = data_root / "fsdd" / "recordings"
+def _wav_bytes(flac: Path) -> bytes:
+    """The 16-bit WAV FSDD published for a bundled FLAC recording (the same samples)."""
     buf = io.BytesIO()
+    x, rate = sf.read(str(flac), dtype="int16")
+    sf.write(buf, x, rate, format="WAV", subtype="PCM_16")
+    return buf.getvalue()
+
+
+def _fsdd_archive(state, tmp_path: Path, change: str | None = None) -> tuple[Path, str]:
+    """A small zip laid out like GitHub's archive of a commit (george and lucas, takes 0-5, plus theo,
+    who has no checksum); the SHA-256 list of the original WAVs goes beside it. ``change``: a
+    recording whose bytes in the archive differ from the list. Returns (list file, archive SHA-256)."""
+    top = f"free-spoken-digit-dataset-{FSDD_COMMIT}"
+    lines, buf = [], io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
-        zf.writestr("free-spoken-digit-dataset-master/README.md", "FSDD")
-        for spk in ("george", "theo"):
+        zf.writestr(f"{top}/README.md", "FSDD")
+        for spk in ("george", "lucas", "theo"):
             for d in range(10):
                 for t in range(6):
-                    name = f"free-spoken-digit-dataset-master/recordings/{d}_{spk}_{t}.wav"
-                    zf.write(src / f"{d}_george_{t}.wav", name)
-    (state.root / "master.zip").write_bytes(buf.getvalue())
-    rec = download_fsdd(tmp_path / "corpus", url + "master.zip", progress=False)
-    assert rec == tmp_path / "corpus" / "free-spoken-digit-dataset" / "recordings"
-    assert len(list(rec.glob("*.wav"))) == 120
-    assert _leftovers(tmp_path / "corpus") == ["free-spoken-digit-dataset"]
-    assert download_fsdd(tmp_path / "corpus", url + "master.zip", progress=False) == rec
-    assert len(state.requests) == 1
+                    name = f"{d}_{spk}_{t}.wav"
+                    data = _wav_bytes(FSDD / "recordings" / f"{d}_{'george' if spk == 'theo' else spk}_{t}.flac")
+                    if spk != "theo":
+                        lines.append(f"{hashlib.sha256(data).hexdigest()}  recordings/{name}\n")
+                    if name == change:
+                        data = data[:-2] + bytes([data[-2] ^ 1, data[-1]])  # one sample, one bit
+                    zf.writestr(f"{top}/recordings/{name}", data)
+    (state.root / f"{FSDD_COMMIT}.zip").write_bytes(buf.getvalue())
+    sums = tmp_path / "upstream-wav.sha256"
+    sums.write_text("".join(lines))
+    return sums, hashlib.sha256(buf.getvalue()).hexdigest()
+
+
+def test_fsdd_download_pins_a_commit_and_checks_every_recording(tmp_path, http_server, caplog) -> None:
+    assert FSDD_URL.endswith(f"/archive/{FSDD_COMMIT}.zip") and re.fullmatch(r"[0-9a-f]{40}", FSDD_COMMIT)
+    state, url = http_server
+    sums, archive_sha = _fsdd_archive(state, tmp_path)
+    corpus = tmp_path / "corpus"
+    with caplog.at_level(logging.INFO, logger="asr.data.fsdd"):
+        rec = download_fsdd(corpus, url + f"{FSDD_COMMIT}.zip", archive_sha, upstream_sums=sums, progress=False)
+    assert "60 recording(s) of speaker(s) without checksums (theo) left out" in caplog.text
+    assert rec == corpus / "free-spoken-digit-dataset" / "recordings"
+    assert len(list(rec.glob("*.wav"))) == 120 and not list(rec.glob("*theo*"))
+    assert _leftovers(corpus) == ["free-spoken-digit-dataset"]  # archive removed, no temporary folders left
+    assert verify_fsdd(corpus) == (rec, 120)  # the list written beside the recordings vouches for them
+    assert download_fsdd(corpus, url + f"{FSDD_COMMIT}.zip", upstream_sums=sums, progress=False) == rec
+    assert len(state.requests) == 1  # present: not fetched again
     out = tmp_path / "out"
-    prepare_fsdd(tmp_path / "corpus", out, options=FsddOptions(train_takes=(1, 5), **SMALL), progress=False)
-    assert {r["speaker"] for r in read_manifest(out / "test.jsonl")} == {"theo"}
-    _fsdd_checks(out, rec, {"george"}, {"theo"}, lo=1, hi=5)
+    prepare_fsdd(corpus, out, options=FsddOptions(train_takes=(1, 5), **SMALL), progress=False)
+    assert {r["speaker"] for r in read_manifest(out / "test.jsonl")} == {"lucas"}
+    _fsdd_checks(out, rec, {"george"}, {"lucas"}, lo=1, hi=5)
 
 
-def test_cli_prepare_fsdd(data_root, tmp_path, capsys) -> None:
+def test_fsdd_download_changed_recording_is_named_and_nothing_extracted(tmp_path, http_server) -> None:
+    state, url = http_server
+    sums, _ = _fsdd_archive(state, tmp_path, change="7_lucas_3.wav")
+    corpus = tmp_path / "corpus"
+    with pytest.raises(ChecksumError, match=r"1 recording\(s\) changed or missing.*nothing was extracted(.|\n)*"
+                       r"recordings/7_lucas_3.wav: SHA-256 [0-9a-f]{64}, expected [0-9a-f]{64}"):
+        download_fsdd(corpus, url + f"{FSDD_COMMIT}.zip", upstream_sums=sums, progress=False)
+    assert _leftovers(corpus) == []  # no recordings, no archive, no temporary folder
+    # A recording the list names but the archive lacks is an error too.
+    sums, _ = _fsdd_archive(state, tmp_path)  # every listed recording as listed, now
+    sums.write_text(sums.read_text() + f"{'0' * 64}  recordings/3_nicolas_9.wav\n")
+    with pytest.raises(ChecksumError, match="3_nicolas_9.wav: missing from the archive"):
+        download_fsdd(corpus, url + f"{FSDD_COMMIT}.zip", upstream_sums=sums, progress=False)
+    assert _leftovers(corpus) == []
+
+
+def test_fsdd_download_archive_sha256_mismatch(tmp_path, http_server) -> None:
+    state, url = http_server
+    sums, _ = _fsdd_archive(state, tmp_path)
+    with pytest.raises(ChecksumError, match=f"SHA-256 mismatch \\(expected {'0' * 64}, got [0-9a-f]{{64}}\\)"):
+        download_fsdd(tmp_path / "corpus", url + f"{FSDD_COMMIT}.zip", "0" * 64, upstream_sums=sums, progress=False)
+    assert _leftovers(tmp_path / "corpus") == []
+
+
+def test_fsdd_download_offline_names_corpus_dir(tmp_path, capsys, monkeypatch) -> None:
+    with socket.socket() as s:  # a port nothing listens on: what an offline machine sees
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr("asr.data.download.time.sleep", lambda _s: None)
+    url = f"http://127.0.0.1:{port}/{FSDD_COMMIT}.zip"
+    with pytest.raises(FetchError, match=r"(?s)download failed.*bundled in .*corpora/fsdd.*--corpus-dir DIR"):
+        download_fsdd(tmp_path / "corpus", url, progress=False, retries=0)
+    rc = main(["download", "fsdd", "--corpus-dir", str(tmp_path / "corpus"), "--url", url])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--corpus-dir DIR" in err and "--download" in err
+    assert not (tmp_path / "corpus" / "free-spoken-digit-dataset").exists()
+
+
+def test_cli_prepare_fsdd(tmp_path, capsys) -> None:
     out = tmp_path / "fsdd"
-    rc = main(["prepare", "fsdd", "--corpus-dir", str(data_root / "fsdd"), "--out", str(out), "--seed", "2",
+    rc = main(["prepare", "fsdd", "--corpus-dir", str(FSDD), "--out", str(out), "--seed", "2",
                "--test-speakers", "george", "--dev-speakers", "lucas", "--num-train", "4", "--num-dev", "2",
                "--num-test", "2"])
     assert rc == 0

@@ -1,4 +1,5 @@
-"""The recipes run every stage for real on ../shared/data, and a finished stage is never redone."""
+"""The recipes run every stage for real (LibriSpeech on ../shared/data, FSDD on the bundled corpora/fsdd),
+and a finished stage is never redone."""
 
 from __future__ import annotations
 
@@ -17,18 +18,28 @@ REPO = Path(__file__).resolve().parents[1]
 def _copy_recipe(tmp: Path, name: str) -> Path:
     """A private copy of recipes/<name> (outputs land beside run.sh) that uses this repo's configs and tools."""
     (tmp / "recipes").mkdir()
-    shutil.copytree(REPO / "recipes" / name, tmp / "recipes" / name)
+    outputs = shutil.ignore_patterns("data", "data_*", "exp", "downloads")  # a previous run's, not the recipe's
+    shutil.copytree(REPO / "recipes" / name, tmp / "recipes" / name, ignore=outputs)
     shutil.copy(REPO / "recipes" / "stages.sh", tmp / "recipes" / "stages.sh")
-    for d in ("configs", "tools"):
+    for d in ("configs", "tools", "corpora"):
         (tmp / d).symlink_to(REPO / d)
     return tmp / "recipes" / name
 
 
-def _run(script: Path, *args: str, timeout: int = 900) -> str:
+def _run(script: Path, *args: str, timeout: int = 900, fail: bool = False, offline: bool = False) -> str:
+    """stdout of ``bash script args`` (stdout + stderr when ``fail``: it must then fail).
+
+    ``offline``: HTTP(S) goes to a proxy where nothing listens, so any download would fail."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    if offline:
+        env.update(dict.fromkeys(("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"), "http://127.0.0.1:9"))
+        env.update(no_proxy="", NO_PROXY="")
     proc = subprocess.run(
         ["bash", str(script), *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=script.parent
     )
+    if fail:
+        assert proc.returncode != 0, f"{script.name} succeeded:\n{proc.stdout[-3000:]}"
+        return proc.stdout + proc.stderr
     assert proc.returncode == 0, f"{script.name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
 
@@ -69,11 +80,36 @@ def test_librispeech_recipe_all_stages_and_restart(data_root, tmp_path):
 
 
 @pytest.mark.slow
-def test_fsdd_recipe_plumbing(data_root, tmp_path):
+def test_fsdd_recipe_stages_0_to_3_offline_on_the_bundled_corpus(tmp_path):
+    """A fresh clone without internet: the bundled recordings are checked and used; a tampered one is named."""
+    recipe = _copy_recipe(tmp_path, "fsdd")
+    small = ["--num-train", "20", "--num-dev", "4", "--num-test", "4", "--vocab-size", "20"]
+    out = _run(recipe / "run.sh", *small, "--stop-stage", "3", offline=True, timeout=300)
+    for n in range(4):
+        assert f"stage {n} (" in out, f"stage {n} did not run:\n{out}"
+    assert "stage 4" not in out
+    log = (recipe / "data" / "logs" / "stage0.corpus.log").read_text()
+    assert "recordings: 2500 files match SHA256SUMS" in log
+    digits = (recipe / "data" / "digits_test.jsonl").read_text()
+    assert f'"{tmp_path}/corpora/fsdd/recordings/0_yweweler_0.flac"' in digits
+    assert (recipe / "data" / "tokenizer" / "tokenizer.model").is_file() and (recipe / "data" / "cmvn.json").is_file()
+    assert not (recipe / "downloads").exists()
+
+    tampered = shutil.copytree(REPO / "corpora" / "fsdd", tmp_path / "tampered", symlinks=False)
+    f = tampered / "recordings" / "4_nicolas_12.flac"
+    f.write_bytes(f.read_bytes()[:-1])
+    out = _run(recipe / "run.sh", "--corpus-dir", str(tampered), "--data", "data_t", *small, "--stop-stage", "3",
+               offline=True, timeout=120, fail=True)  # fmt: skip
+    assert f"{tampered}/recordings/4_nicolas_12.flac: SHA-256" in out
+    assert not (recipe / "data_t" / "train.jsonl").exists()  # stopped at stage 0
+
+
+@pytest.mark.slow
+def test_fsdd_recipe_plumbing(tmp_path):
     """Every stage of the connected-digit recipe on a small slice (the full run is in the README)."""
     recipe = _copy_recipe(tmp_path, "fsdd")
     out = _run(
-        recipe / "run.sh", "--corpus-dir", str(data_root / "fsdd"), "--num-train", "40", "--num-dev", "8",
+        recipe / "run.sh", "--num-train", "40", "--num-dev", "8",
         "--num-test", "8", "--vocab-size", "20", "--set", "train.epochs=1", "--num-avg", "1", "--beam-size", "3",
     )
     for n in range(9):
@@ -85,11 +121,11 @@ def test_fsdd_recipe_plumbing(data_root, tmp_path):
 
 
 @pytest.mark.slow
-def test_fsdd_loso_two_speakers_one_table(data_root, tmp_path):
+def test_fsdd_loso_two_speakers_one_table(tmp_path):
     """loso.sh: the recipe once per held-out speaker (its own data and experiment), then one table."""
     recipe = _copy_recipe(tmp_path, "fsdd")
     _run(
-        recipe / "loso.sh", "--corpus-dir", str(data_root / "fsdd"), "--speakers", "george lucas",
+        recipe / "loso.sh", "--speakers", "george lucas",
         "--num-train", "24", "--num-dev", "4", "--num-test", "6", "--vocab-size", "20", "--set", "train.epochs=1",
         "--num-avg", "1", "--beam-size", "2",
     )  # fmt: skip

@@ -1,9 +1,11 @@
-"""Resumable downloads with MD5 checks, and extraction that only ever leaves complete folders.
+"""Resumable downloads with MD5/SHA-256 checks, and extraction that only ever leaves complete folders.
 
 ``download`` writes to ``<dest>.part`` and, after an interruption, asks the server for the rest
-with an HTTP ``Range`` request; the finished file is checked against its MD5 before it is
-renamed to ``dest``. ``extract`` unpacks into a temporary folder beside the destination and
+with an HTTP ``Range`` request; the finished file is checked against its MD5 or SHA-256 before
+it is renamed to ``dest``. ``extract`` unpacks into a temporary folder beside the destination and
 renames the wanted folder into place only when the whole archive has been read.
+``read_sha256sums``/``verify_sha256sums`` check a folder against a ``sha256sum``-format list, so
+that two users of one corpus train on the same bytes.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-__all__ = ["DownloadError", "download", "md5sum", "extract"]
+__all__ = [
+    "DownloadError", "FetchError", "ChecksumError", "download", "md5sum", "sha256sum", "extract",
+    "read_sha256sums", "verify_sha256sums",
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +41,85 @@ class DownloadError(RuntimeError):
     """A download or extraction that could not complete; the message names the URL or file."""
 
 
-def md5sum(path: str | os.PathLike, chunk: int = CHUNK) -> str:
-    """Hex MD5 of a file, read in chunks."""
-    h = hashlib.md5()
+class FetchError(DownloadError):
+    """The server could not be reached, refused the file, or the transfer broke off for good.
+
+    Separate from a checksum mismatch so that a caller can say what to do offline."""
+
+
+class ChecksumError(DownloadError):
+    """Files whose checksums differ from the published ones (or that are missing); the message names them."""
+
+
+def _digest(path: str | os.PathLike, algorithm: str, chunk: int = CHUNK) -> str:
+    h = hashlib.new(algorithm)
     with open(path, "rb") as f:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def md5sum(path: str | os.PathLike, chunk: int = CHUNK) -> str:
+    """Hex MD5 of a file, read in chunks."""
+    return _digest(path, "md5", chunk)
+
+
+def sha256sum(path: str | os.PathLike, chunk: int = CHUNK) -> str:
+    """Hex SHA-256 of a file, read in chunks."""
+    return _digest(path, "sha256", chunk)
+
+
+def _checksum_problem(path: Path, md5: str | None, sha256: str | None) -> str | None:
+    """What is wrong with ``path`` against the expected sums ("MD5 mismatch (...)"), or None when it matches."""
+    for name, expected, fn in (("MD5", md5, md5sum), ("SHA-256", sha256, sha256sum)):
+        if expected is not None:
+            got = fn(path)
+            if got != expected.lower():
+                return f"{name} mismatch (expected {expected}, got {got})"
+    return None
+
+
+def read_sha256sums(path: str | os.PathLike) -> dict[str, str]:
+    """``sha256sum`` output (``<hex>  <relative path>`` lines) as {relative path: hex}; errors name ``file:line``."""
+    sums: dict[str, str] = {}
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        digest, sep, name = line.partition("  ")
+        name = name.removeprefix("*")  # sha256sum's binary-mode marker
+        if not sep or len(digest) != 64 or not name or name in sums:
+            raise ChecksumError(f"{path}:{n}: expected '<64 hex digits>  <path>' (each path once), got {line!r}")
+        sums[name] = digest.lower()
+    return sums
+
+
+def verify_sha256sums(sums_file: str | os.PathLike, unlisted: str | None = None) -> int:
+    """Check every file named in ``sums_file`` (paths relative to its folder); return how many.
+
+    ``unlisted`` is a glob (relative to that folder) of files that must all be listed: a file
+    matching it but absent from the list is an error too, since it would be used unchecked.
+    Raises :class:`ChecksumError` naming every missing, changed or unlisted file (the first 10).
+    """
+    sums_file = Path(sums_file)
+    root = sums_file.parent
+    sums = read_sha256sums(sums_file)
+    problems = []
+    for name, expected in sums.items():
+        path = root / name
+        if not path.is_file():
+            problems.append(f"{path}: missing")
+        elif (got := sha256sum(path)) != expected:
+            problems.append(f"{path}: SHA-256 {got}, expected {expected}")
+    if unlisted is not None:
+        extra = sorted(p for p in root.glob(unlisted) if p.relative_to(root).as_posix() not in sums)
+        problems += [f"{p}: not listed in {sums_file.name}" for p in extra]
+    if problems:
+        more = f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else ""
+        raise ChecksumError(
+            f"{sums_file}: {len(problems)} file(s) missing, changed or not listed (of {len(sums)} listed):\n  "
+            + "\n  ".join(problems[:10]) + more
+        )
+    return len(sums)
 
 
 def _fetch(url: str, part: Path, timeout: float, progress: bool) -> None:
@@ -82,24 +159,27 @@ def download(
     dest: str | os.PathLike,
     md5: str | None = None,
     *,
+    sha256: str | None = None,
     retries: int = 5,
     timeout: float = 60.0,
     progress: bool = True,
     retry_wait: float = 2.0,
 ) -> Path:
-    """Download ``url`` to ``dest`` unless ``dest`` already exists (and matches ``md5``).
+    """Download ``url`` to ``dest`` unless ``dest`` already exists (and matches ``md5``/``sha256``).
 
     Interrupted transfers resume from ``dest.part`` (now, up to ``retries`` times, or on the
-    next call). A finished file whose MD5 differs from ``md5`` is deleted and
-    :class:`DownloadError` names the URL and both checksums; ``dest`` then does not exist.
+    next call); when they cannot, :class:`FetchError` says so. A finished file whose MD5 or
+    SHA-256 differs from the one given is deleted and :class:`ChecksumError` names the URL and
+    both checksums; ``dest`` then does not exist.
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     if dest.is_file():
-        if md5 is None or md5sum(dest) == md5:
+        problem = _checksum_problem(dest, md5, sha256)
+        if problem is None:
             log.info("%s: already downloaded", dest)
             return dest
-        log.warning("%s: checksum does not match %s; downloading it again", dest, md5)
+        log.warning("%s: %s; downloading it again", dest, problem)
         dest.unlink()
     part = dest.with_name(dest.name + ".part")
     if part.exists():
@@ -110,23 +190,19 @@ def download(
             break
         except (OSError, http.client.HTTPException, DownloadError) as e:  # URLError, timeouts, resets
             if isinstance(e, urllib.error.HTTPError) and e.code in (403, 404, 410):
-                raise DownloadError(f"{url}: HTTP {e.code} {e.reason}") from e
+                raise FetchError(f"{url}: HTTP {e.code} {e.reason}") from e
             if attempt == retries:
                 size = part.stat().st_size if part.exists() else 0
-                raise DownloadError(
-                    f"{url}: download failed after {retries + 1} attempt(s) ({e}); {size} bytes kept in "
-                    f"{part}, run again to resume"
-                ) from e
-            log.warning("%s: %s; resuming (attempt %d of %d)", url, e, attempt + 2, retries + 1)
+                kept = f"{size} bytes kept in {part}, run again to resume" if size else "nothing received"
+                raise FetchError(f"{url}: download failed after {retries + 1} attempt(s) ({e}); {kept}") from e
+            log.warning("%s: %s; trying again (attempt %d of %d)", url, e, attempt + 2, retries + 1)
             time.sleep(retry_wait * (attempt + 1))
-    if md5 is not None:
-        got = md5sum(part)
-        if got != md5:
-            part.unlink()
-            raise DownloadError(
-                f"{url}: MD5 mismatch (expected {md5}, got {got}); the corrupt download was deleted, "
-                "run again to fetch it anew (or check --mirror)"
-            )
+    problem = _checksum_problem(part, md5, sha256)
+    if problem is not None:
+        part.unlink()
+        raise ChecksumError(
+            f"{url}: {problem}; the corrupt download was deleted, run again to fetch it anew (or check --mirror)"
+        )
     os.replace(part, dest)
     return dest
 
@@ -142,12 +218,16 @@ def extract(
     archive: str | os.PathLike,
     dest: str | os.PathLike,
     select: Callable[[Path], Path] | None = None,
+    members: Callable[[str], bool] | None = None,
+    prepare: Callable[[Path], None] | None = None,
 ) -> Path:
     """Unpack ``archive`` (.tar, .tar.gz, .tgz, .zip) so that ``dest`` appears complete or not at all.
 
     The archive is unpacked into a temporary folder beside ``dest``; ``select(tmp)`` names the
     folder inside it that becomes ``dest`` (default: ``tmp`` itself), which is then renamed
-    into place. On any error the temporary folder is removed and ``dest`` is untouched.
+    into place. ``members(name)`` chooses the members to unpack (default all); ``prepare(src)``
+    may add files to the selected folder before the rename. On any error the temporary folder
+    is removed and ``dest`` is untouched.
     """
     archive, dest = Path(archive), Path(dest)
     if dest.exists():
@@ -162,16 +242,19 @@ def extract(
         if zipfile.is_zipfile(archive):
             with zipfile.ZipFile(archive) as zf:
                 _safe_members_zip(zf, archive)
-                zf.extractall(tmp)
+                zf.extractall(tmp, members=None if members is None else [n for n in zf.namelist() if members(n)])
         else:
             try:
                 with tarfile.open(archive) as tf:
-                    tf.extractall(tmp, filter="data")  # rejects absolute paths, "..", devices
+                    chosen = None if members is None else [m for m in tf if members(m.name)]
+                    tf.extractall(tmp, members=chosen, filter="data")  # rejects absolute paths, "..", devices
             except (tarfile.TarError, EOFError, OSError) as e:
                 raise DownloadError(f"{archive}: cannot extract ({e})") from e
         src = select(tmp) if select is not None else tmp
         if not src.is_dir():
             raise DownloadError(f"{archive}: expected the folder {src.relative_to(tmp)} inside the archive")
+        if prepare is not None:
+            prepare(src)
         os.replace(src, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

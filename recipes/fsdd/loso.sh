@@ -6,7 +6,8 @@
 # For each speaker S: `run.sh --test-speakers S --data data_S --exp NAME_S` (stages 1-7; the data and
 # the experiment of each speaker are kept apart, and finished stages are skipped on a rerun), then
 # exp/NAME_loso.md: the test WER of every speaker, their mean and the worst. Any other option
-# (--corpus-dir, --config, --seed, --set KEY=VALUE, --stage, ...) goes to every run.sh.
+# (--corpus-dir, --download, --config, --seed, --set KEY=VALUE, --stage, ...) goes to every run.sh;
+# the corpus is the one run.sh uses (the bundled corpora/fsdd unless --corpus-dir or --download).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -14,14 +15,16 @@ source "$here/../stages.sh"
 
 speakers=""
 exp=transformer
-corpus_dir=$here/downloads/fsdd
+corpus_dir=""
+fetch=false
 num_avg=5
 pass=()
 while (( $# )); do
   case "$1" in
     --speakers) speakers=$2; shift 2 ;;
     --exp) exp=$2; shift 2 ;;
-    --corpus-dir) corpus_dir=$(realpath -m "$2"); pass+=("$1" "$corpus_dir"); shift 2 ;;
+    --corpus-dir) corpus_dir=$(realpath -m "$2"); shift 2 ;;
+    --download) fetch=true; pass+=("$1"); shift ;;
     --num-avg) num_avg=$2; pass+=("$1" "$2"); shift 2 ;;
     --test-speakers|--data) echo "loso.sh sets $1 itself (one run per speaker)" >&2; exit 2 ;;
     --force) pass+=("$1"); shift ;;
@@ -29,7 +32,14 @@ while (( $# )); do
   esac
 done
 find_asr "$repo"
-if [[ -z $speakers ]]; then  # every speaker of the corpus, from the file names ({digit}_{speaker}_{take}.wav)
+if [[ -z $corpus_dir ]]; then  # as run.sh chooses it
+  if $fetch; then corpus_dir=$here/downloads/fsdd; else corpus_dir=$repo/corpora/fsdd; fi
+fi
+pass+=(--corpus-dir "$corpus_dir")
+if $fetch; then  # the speakers are read from the recordings, so they must be there first
+  "${ASR[@]}" download fsdd --corpus-dir "$corpus_dir"
+fi
+if [[ -z $speakers ]]; then  # every speaker of the corpus, from the file names ({digit}_{speaker}_{take}.flac)
   speakers=$("$PYTHON" -c 'import sys; from asr.data.fsdd import fsdd_speakers; print(*fsdd_speakers(sys.argv[1]))' \
     "$corpus_dir")
 fi

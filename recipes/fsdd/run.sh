@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Connected digits on real speech (Free Spoken Digit Dataset), trained on CPU in minutes.
 #
-#   bash recipes/fsdd/run.sh [--corpus-dir DIR] [--stage N] [--stop-stage M] [--force] [--set KEY=VALUE ...]
-#       [--test-speakers "S ..."] [--mode M] [--beam-size N] [--ctc-weight W] [--exp NAME] [--config YAML]
-#       [--num-train N] [--num-dev N] [--num-test N] [--trim-prob P] [--data DIR]
+#   bash recipes/fsdd/run.sh [--corpus-dir DIR] [--download] [--stage N] [--stop-stage M] [--force]
+#       [--set KEY=VALUE ...] [--test-speakers "S ..."] [--mode M] [--beam-size N] [--ctc-weight W]
+#       [--exp NAME] [--config YAML] [--num-train N] [--num-dev N] [--num-test N] [--trim-prob P] [--data DIR]
+#
+# The recordings: by default the 2,500 bundled with the repository (corpora/fsdd, no network needed);
+# --corpus-dir DIR: a folder of your own FSDD recordings (DIR/recordings/ or DIR itself);
+# --download: FSDD's pinned upstream commit, fetched into downloads/fsdd (or --corpus-dir DIR) and
+# checked recording by recording (SHA-256) before anything is extracted.
 #
 # Stages (each one `asr` command, each skipped when already done):
-#   0 download FSDD (skipped when --corpus-dir already holds recordings/)
+#   0 the corpus: check its SHA256SUMS (named errors), or download it with --download
 #   1 connected-digit utterances with speaker-disjoint splits  -> data/{train,dev,test}.jsonl
 #   2 global CMVN statistics                                   -> data/cmvn.json
 #   3 SentencePiece tokenizer (one piece per digit word)        -> data/tokenizer/
@@ -20,10 +25,11 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 source "$here/../stages.sh"
 
-corpus_dir=$here/downloads/fsdd
+corpus_dir=""          # default: $repo/corpora/fsdd, or downloads/fsdd with --download
+fetch=false
 config=$repo/configs/fsdd/transformer.yaml
 exp=transformer
-test_speakers=""      # default: the last speaker in sorted order (yweweler in ../shared/data/fsdd)
+test_speakers=""      # default: the last speaker in sorted order (yweweler in corpora/fsdd)
 seed=0
 vocab_size=29         # <blank> <unk> <sos/eos>, the 10 digit words, and the letters
 num_avg=5
@@ -35,6 +41,7 @@ while (( $# )); do
   if parse_common_flag "$@"; then shift "$shift_by"; continue; fi
   case "$1" in
     --corpus-dir) corpus_dir=$(realpath -m "$2"); shift 2 ;;
+    --download) fetch=true; shift ;;
     --config) config=$(realpath "$2"); shift 2 ;;
     --exp) exp=$2; shift 2 ;;
     --data) data=$2; shift 2 ;;
@@ -48,13 +55,18 @@ while (( $# )); do
     *) echo "unknown option $1 (see the header of $0)" >&2; exit 2 ;;
   esac
 done
+if [[ -z $corpus_dir ]]; then
+  if $fetch; then corpus_dir=$here/downloads/fsdd; else corpus_dir=$repo/corpora/fsdd; fi
+fi
+fetch_args=(--no-fetch)
+$fetch && fetch_args=()
 cd "$here"
 find_asr "$repo"
 expdir=exp/$exp
 model=$expdir/avg$num_avg
 
-run_stage 0 download "$data/.done.download" "$data/logs" -- \
-  "${ASR[@]}" download fsdd --corpus-dir "$corpus_dir"
+run_stage 0 corpus "$data/.done.corpus" "$data/logs" -- \
+  "${ASR[@]}" download fsdd --corpus-dir "$corpus_dir" "${fetch_args[@]}"
 
 speaker_args=()
 [[ -n $test_speakers ]] && speaker_args=(--test-speakers $test_speakers)
