@@ -1,0 +1,155 @@
+"""Audio to text and text to numbers: ``asr decode|transcribe|score``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _decode_settings(args: argparse.Namespace, base):
+    """The model's decode section with the command-line overrides applied."""
+    keys = ("mode", "beam_size", "ctc_weight", "length_bonus", "max_frames", "precision")
+    return base.updated(**{k: getattr(args, k, None) for k in keys})
+
+
+def _add_search_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="model directory (config.yaml, tokenizer.model, model.pt)")
+    p.add_argument("--mode", choices=["attention", "ctc_greedy", "ctc_beam", "rescore"], help="default: model config")
+    p.add_argument("--beam-size", type=int, help="default: the model config's decode.beam_size")
+    p.add_argument("--ctc-weight", type=float, help="weight of CTC prefix scores (default: model config)")
+    p.add_argument("--length-bonus", "--length-penalty", dest="length_bonus", type=float,
+                   help="added to the score per output token (default: model config; --length-penalty: old name)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"],
+                   help="default: the model config's decode.precision (fp32); auto: bf16 only on hardware with "
+                        "native bf16 (GPUs, CPUs with AMX or AVX512-BF16)")
+
+
+def add_decode(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("decode", help="decode a manifest into hypotheses (JSON Lines: id, text, score)")
+    _add_search_args(p)
+    p.add_argument("--manifest", required=True, help="manifest (JSON Lines) to decode")
+    p.add_argument("--out", required=True, help="hypotheses to write (JSON Lines)")
+    p.add_argument("--max-frames", type=int, help="fbank frames per batch, padding included (default: model config)")
+    p.add_argument("--batch-size", type=int, default=64, help="at most this many utterances per batch")
+    p.add_argument("--num-workers", type=int, default=2, help="feature extraction processes")
+
+
+def run_decode(args: argparse.Namespace) -> int:
+    from ..checkpoint import load_model
+    from ..data.manifest import read_manifest
+    from ..decode_manifest import decode_manifest
+
+    rec = load_model(args.model, args.device)
+    cfg = _decode_settings(args, rec.config.decode)
+    records = read_manifest(args.manifest)
+    stats = decode_manifest(rec, records, args.out, cfg, args.max_frames, args.batch_size, args.num_workers)
+    _write_decode_settings(args, cfg, stats)
+    print(
+        f"decoded {stats.decoded} utterances ({stats.audio_seconds / 3600:.2f} h) in {stats.wall_seconds:.1f} s: "
+        f"RTF {stats.rtf:.4f} (mode {cfg.mode}, beam {cfg.beam_size}, ctc_weight {cfg.ctc_weight}) -> {args.out}"
+    )
+    if stats.failed:
+        print(f"asr decode: {len(stats.failed)} utterances failed (unreadable audio): {', '.join(stats.failed[:10])}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _write_decode_settings(args: argparse.Namespace, cfg: object, stats: object) -> None:
+    """What produced ``--out``, beside it (``hyp.jsonl`` -> ``hyp.settings.json``): the model, the
+    manifest, the effective search settings (config defaults with the command line applied), counts."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    import torch
+
+    record = {
+        "model": str(Path(args.model).resolve()),
+        "manifest": str(Path(args.manifest).resolve()),
+        "decode": dataclasses.asdict(cfg),
+        "batch_size": args.batch_size,
+        "device": args.device,
+        "decoded": stats.decoded,
+        "failed": stats.failed,
+        "audio_seconds": round(stats.audio_seconds, 3),
+        "wall_seconds": round(stats.wall_seconds, 3),
+        "torch": torch.__version__,
+    }
+    path = Path(args.out).with_suffix(".settings.json")
+    path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+def add_transcribe(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("transcribe", help="transcribe audio files of any length")
+    p.add_argument("files", nargs="+", metavar="FILE", help="audio files (wav, flac, ogg, mp3, sph, ...)")
+    _add_search_args(p)
+    p.add_argument("--format", choices=["text", "json", "srt", "vtt"], default="text")
+    p.add_argument("--output-dir", help="write FILE's result to DIR/<name>.<format> instead of printing it")
+    p.add_argument("--window", type=float, default=30.0, help="longest piece decoded at once, seconds")
+    p.add_argument("--batch-size", type=int, default=8, help="pieces decoded together")
+
+
+def run_transcribe(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..audio import AudioError
+    from ..checkpoint import load_model
+    from ..transcribe import Transcriber, to_json, to_srt, to_vtt
+
+    rec = load_model(args.model, args.device)
+    tr = Transcriber(rec, _decode_settings(args, rec.config.decode), window=args.window, batch_size=args.batch_size)
+    render = {"text": lambda t: t.text + "\n", "json": lambda t: to_json(t) + "\n", "srt": to_srt, "vtt": to_vtt}
+    failed = 0
+    for f in args.files:
+        try:
+            t = tr.transcribe_file(f)
+        except AudioError as e:  # its message starts with the file name
+            print(f"asr transcribe: {e}", file=sys.stderr)
+            failed += 1
+            continue
+        except OSError as e:
+            print(f"asr transcribe: {f}: {e}", file=sys.stderr)
+            failed += 1
+            continue
+        out = render[args.format](t)
+        if args.output_dir:
+            d = Path(args.output_dir)
+            d.mkdir(parents=True, exist_ok=True)
+            ext = "txt" if args.format == "text" else args.format
+            (d / f"{Path(f).stem}.{ext}").write_text(out, encoding="utf-8")
+        elif args.format == "text" and len(args.files) > 1:
+            print(f"{f}: {out}", end="")
+        else:
+            print(out, end="", flush=True)
+    if failed:
+        print(f"asr transcribe: {failed} of {len(args.files)} files failed", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_score(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("score", help="WER/CER of hypotheses against references")
+    p.add_argument("--ref", required=True, help="references: manifest / JSON Lines with id and text, or Kaldi text")
+    p.add_argument("--hyp", required=True, help="hypotheses: `asr decode` output, JSON Lines or Kaldi text")
+    p.add_argument("--report", help="write per-utterance alignments and the top confusions here")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
+    p.add_argument("--json-out", metavar="FILE", help="also write the JSON object to FILE (recipes collect these)")
+    p.add_argument("--normalizer", default="librispeech", help="text normaliser for both sides ('none': as is)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the 95%% interval")
+
+
+def run_score(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from ..scoring import read_transcripts, score
+
+    res = score(read_transcripts(args.ref), read_transcripts(args.hyp), args.normalizer, args.bootstrap)
+    if args.report:
+        Path(args.report).write_text(res.report(), encoding="utf-8")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(res.to_dict()) + "\n", encoding="utf-8")
+    print(json.dumps(res.to_dict()) if args.json else res.summary())
+    return 0

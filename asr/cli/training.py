@@ -1,0 +1,109 @@
+"""Models: ``asr info|train|average|plot``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+
+def add_info(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("info", help="print the model size and structure for a config")
+    p.add_argument("--config", help="experiment YAML (defaults: the 100 h model)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--vocab-size", type=int, default=5000, help="vocabulary size when the config leaves it 0")
+
+
+def run_info(args: argparse.Namespace) -> int:
+    from ..config import load_config
+    from ..model import ASRModel
+
+    cfg = load_config(args.config, args.overrides)
+    if cfg.model.vocab_size == 0:
+        cfg.model.vocab_size = args.vocab_size
+    model = ASRModel(cfg.model)
+    m = cfg.model
+    stack = m.stack if m.frontend == "linear" else m.conv_stack
+    print(
+        f"frontend={m.frontend} stack={stack} d_model={m.d_model} heads={m.heads} ffn={m.ffn_dim} "
+        f"encoder_layers={m.encoder_layers} decoder_layers={m.decoder_layers} norm={m.norm} vocab={m.vocab_size}"
+    )
+    print(f"parameters: {model.num_parameters():,}")
+    return 0
+
+
+def add_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train a model into exp/NAME (several processes: torchrun --nproc-per-node N -m asr train ...)",
+    )
+    p.add_argument("--config", required=True, help="experiment YAML (model, data, train, decode sections)")
+    p.add_argument("--out", required=True, help="experiment directory; it becomes a model directory")
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="e.g. train.lr=0.001"
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="insist on continuing from the newest checkpoint (an existing --out is always continued)",
+    )
+    p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda")
+
+
+def run_train(args: argparse.Namespace) -> int:
+    import os
+    import signal
+
+    from ..config import load_config
+    from ..train import TrainingAborted, train
+
+    rank = int(os.environ.get("RANK", "0"))
+    if rank > 0:
+        logging.getLogger().setLevel(logging.WARNING)  # rank 0 speaks for everyone
+    cfg = load_config(args.config, args.overrides)
+    try:
+        summary = train(cfg, args.out, resume=args.resume, device=args.device)
+    except TrainingAborted as e:
+        print(f"asr train: aborted: {e}", file=sys.stderr)
+        return 1
+    stopped = summary["stopped_by"]
+    if rank == 0 and stopped:
+        print(f"stopped by {stopped} at step {summary['step']}: checkpoint saved; run the same command to continue")
+    elif rank == 0:
+        metrics = " ".join(f"{k}={summary[k]:.4g}" for k in ("dev_loss", "dev_acc", "dev_wer") if k in summary)
+        print(f"done: {summary['epoch']} epochs, {summary['step']} steps {metrics}; model directory {args.out}")
+    return 128 + int(getattr(signal, stopped)) if stopped else 0
+
+
+def add_average(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("average", help="average the best or last N checkpoints of a run into a model directory")
+    p.add_argument("--exp", required=True, help="experiment directory of `asr train`")
+    p.add_argument("--num", type=int, default=10, help="number of checkpoints to average")
+    p.add_argument("--by", choices=["best", "last"], default="best", help="best by train.best_metric, or newest")
+    p.add_argument("--out", required=True, help="model directory to write")
+
+
+def run_average(args: argparse.Namespace) -> int:
+    from ..checkpoint import average_checkpoints
+
+    out, used = average_checkpoints(args.exp, args.num, args.by, args.out)
+    print(f"averaged {len(used)} checkpoints ({', '.join(p.name for p in used)}) into {out}")
+    return 0
+
+
+def add_plot(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plot", help="PNG of a run's loss, accuracy, WER and learning rate (needs matplotlib)")
+    p.add_argument("--exp", required=True, help="experiment directory of `asr train`")
+    p.add_argument("--out", help="PNG path (default: EXP/train.png)")
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    from ..plot import plot_run
+
+    try:
+        path = plot_run(args.exp, args.out)
+    except ImportError as e:
+        print(f"asr plot: {e}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
