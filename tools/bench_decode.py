@@ -199,6 +199,9 @@ def main() -> None:
     for name, a, b, s, agree in rows:
         print(f"{name:<22}{a:>12.2f}{b:>16.2f}{s:>9.1f}x{agree!s:>11}")
     print(json.dumps(record))
+    differ = [name for name, *_, agree in rows if agree is not None and agree != args.utts]
+    if differ:  # a speed-up only counts when both searches find the same hypotheses
+        raise SystemExit(f"bench_decode: our search and the textbook one disagree on some utterances in: {differ}")
 
 
 if __name__ == "__main__":
