@@ -116,6 +116,23 @@ def _brute_force(lp: torch.Tensor, prefix: tuple[int, ...], exact: bool) -> floa
     return float(total)
 
 
+def test_ctc_prefix_scores_in_float32_stay_within_1e5_of_float64():
+    """A model's CTC log-probs are float32: the per-step sum over frames then runs in float32;
+    over several steps the scores stay within 1e-5 of the float64 computation."""
+    v, eos = 50, 49
+    lens = torch.tensor([40, 25, 33])
+    lp = (torch.randn(3, 40, v, generator=torch.Generator().manual_seed(5)) * 3).double().log_softmax(-1)
+    s64, s32 = CTCPrefixScorer(lp, lens, 0, eos), CTCPrefixScorer(lp.float(), lens, 0, eos)
+    st64 = st32 = s64.initial_state(torch.arange(3).repeat_interleave(2))
+    for step in range(6):
+        tokens = torch.randint(1, eos, (6, 5), generator=torch.Generator().manual_seed(step))
+        tokens[:, -1] = eos
+        p64, p32 = s64.score(st64, tokens), s32.score(st32, tokens)
+        assert p32.dtype == torch.float64 and torch.allclose(p32, p64, rtol=0, atol=1e-5)
+        st64 = s64.extend(st64, torch.arange(6), tokens[:, 0], p64[:, 0])
+        st32 = s32.extend(st32, torch.arange(6), tokens[:, 0], p32[:, 0])
+
+
 def test_ctc_prefix_scores_equal_brute_force():
     """Every prefix up to length 3 over a 4-token vocabulary, three utterances of different lengths
     in one padded batch: log psi (and eos = full-sequence probability) equal the sum over all

@@ -93,15 +93,29 @@ class CTCPrefixScorer:
     def score(self, state: CTCPrefixState, tokens: torch.Tensor) -> torch.Tensor:
         """log psi(h + c) for candidates ``tokens`` (N, K) of each hypothesis: (N, K) float64.
 
-        eos gets log P(h) (the prefix is the whole output); blank gets -inf.
+        eos gets log P(h) (the prefix is the whole output); blank gets -inf. The sum over frames
+        runs in the log-probs' dtype (float32 from a model) over (N, K, T) rows, each candidate's
+        frames contiguous; in float32 it is within 1e-5 of float64, and only this one step's sum
+        is rounded: the recursions that carry the state from step to step stay float64.
         """
-        x = self._frames(state.utt, tokens)  # (T, N, K)
-        phi = self._phi(state, tokens)
+        n, k = tokens.shape
+        flat = (state.utt.unsqueeze(1) * self.vocab + tokens).flatten()  # (N * K,)
+        x = self.x.index_select(0, flat).view(n, k, -1)  # (N, K, T) log p_t(c)
         lens = self.lens[state.utt]  # (N,)
-        keep = (self.frame.unsqueeze(1) < lens.unsqueeze(0)).unsqueeze(2)  # (T, N, 1)
-        psi = torch.where(keep, phi + x, NEG_INF).logsumexp(0)  # (N, K)
+        rn, rb = state.r[:, 0], state.r[:, 1]  # (T, N)
+        pad = self.frame.unsqueeze(0) >= lens.unsqueeze(1)  # (N, T) frames past each utterance's end
+        first = 0.0 if state.length == 0 else NEG_INF  # phi_{-1}: the empty prefix before frame 0
+
+        def before(a: torch.Tensor) -> torch.Tensor:  # (T, N) -> (N, T) whose column t holds a_{t-1}
+            shifted = torch.cat([torch.full_like(a[:1], first), a[:-1]], dim=0).t().to(x.dtype)
+            return shifted.masked_fill(pad, NEG_INF)
+
+        repeat = (tokens == state.last.unsqueeze(1)).unsqueeze(2)  # (N, K, 1): c repeats h's last token
+        phi = torch.where(repeat, before(rb).unsqueeze(1), before(torch.logaddexp(rn, rb)).unsqueeze(1))
+        psi = (phi + x).logsumexp(2).double()  # (N, K)
         end = (lens - 1).clamp_min(0)
-        full = torch.logaddexp(state.r[end, 0, torch.arange(len(lens))], state.r[end, 1, torch.arange(len(lens))])
+        rows = torch.arange(n, device=lens.device)
+        full = torch.logaddexp(state.r[end, 0, rows], state.r[end, 1, rows])  # log P(h): (N,)
         full = torch.where(lens > 0, full, 0.0 if state.length == 0 else NEG_INF)
         psi = torch.where(tokens == self.eos, full.unsqueeze(1), psi)
         return psi.masked_fill(tokens == self.blank, NEG_INF)
