@@ -52,7 +52,9 @@ class ModelConfig:
     encoder_layers: int = 12
     decoder_layers: int = 6
     dropout: float = 0.1
-    frontend: str = "linear"  # "linear" (stack frames + Linear) or "conv2d" (two stride-2 3x3 convs)
+    frontend: str = "linear"  # "linear" (stack frames + Linear), "conv2d" (two stride-2 3x3 convs), and ESPnet's
+    # input layers: "linear_norm" (Linear, LayerNorm, dropout, ReLU), "conv2d6" (3x3/2 then 5x5/3), "conv2d8" (three
+    # 3x3/2; not the same as conv2d with conv_stack 2, which also subsamples 8x)
     stack: int = 4  # frames stacked by the linear frontend (its subsampling factor)
     conv_channels: int = 0  # channels of the conv2d frontend's convolutions; 0: d_model (ESPnet, WeNet)
     conv_stack: int = 1  # conv2d output frames stacked before its Linear: 2 gives 8x subsampling (80 ms frames)
@@ -61,10 +63,37 @@ class ModelConfig:
     vocab_size: int = 0  # 0: taken from the tokenizer at training start
     ctc_weight: float = 0.3
     label_smoothing: float = 0.1
+    # What ESPnet's Transformer does differently (asr.importers.espnet sets these; the defaults are ours):
+    utterance_cvn: bool = False  # with utterance_cmn: also divide by each utterance's standard deviation
+    decoder_heads: int = 0  # 0: heads
+    decoder_ffn_dim: int = 0  # 0: ffn_dim
+    layer_norm_eps: float = 1e-5  # ESPnet's Transformer LayerNorms: 1e-12
+    tie_output: bool = True  # decoder output layer = token embedding (no bias); false: its own Linear with bias
+    label_smoothing_mode: str = "uniform"  # "uniform": PyTorch's (eps / V on every class); "espnet": eps / (V - 1)
+    # on every class but the target, loss as KL divergence (ESPnet's LabelSmoothingLoss)
+    padding: str = "exact"  # "exact": an encoder frame never reads padding; "espnet": ESPnet's lengths after
+    # subsampling (ceil per stride) and zeroed padded features, so a batch gives what ESPnet gives
+
+    FRONTENDS = ("linear", "conv2d", "linear_norm", "conv2d6", "conv2d8")
 
     def validate(self, prefix: str = "model") -> None:
-        _check(self.frontend in ("linear", "conv2d"), prefix, "frontend", "'linear' or 'conv2d'", self.frontend)
+        fronts = " or ".join(map(repr, self.FRONTENDS))
+        _check(self.frontend in self.FRONTENDS, prefix, "frontend", fronts, self.frontend)
         _check(self.norm in ("pre", "post"), prefix, "norm", "'pre' or 'post'", self.norm)
+        modes = ("uniform", "espnet")
+        _check(self.label_smoothing_mode in modes, prefix, "label_smoothing_mode", "'uniform' or 'espnet'",
+               self.label_smoothing_mode)
+        _check(self.padding in ("exact", "espnet"), prefix, "padding", "'exact' or 'espnet'", self.padding)
+        if self.padding == "espnet":
+            _check(self.conv_stack == 1, prefix, "conv_stack", "1 with padding 'espnet'", self.conv_stack)
+        _check(0 < self.layer_norm_eps < 1, prefix, "layer_norm_eps", "a value in (0, 1)", self.layer_norm_eps)
+        _check(not self.utterance_cvn or self.utterance_cmn, prefix, "utterance_cvn", "false unless utterance_cmn",
+               self.utterance_cvn)
+        for k in ("decoder_heads", "decoder_ffn_dim"):
+            _check(getattr(self, k) >= 0, prefix, k, "an integer >= 0 (0: as the encoder)", getattr(self, k))
+        if self.decoder_heads:
+            _check(self.d_model % self.decoder_heads == 0, prefix, "d_model",
+                   f"a multiple of decoder_heads={self.decoder_heads}", self.d_model)
         for k in ("input_dim", "d_model", "heads", "ffn_dim", "stack", "conv_stack"):
             _check(getattr(self, k) >= 1, prefix, k, "a positive integer", getattr(self, k))
         for k in ("encoder_layers", "decoder_layers", "vocab_size", "conv_channels"):
@@ -127,6 +156,11 @@ class DataConfig:
     normalizer: str = "librispeech"  # text normalisation, see asr.text
     sample_rate: int = 16000
     num_mel_bins: int = 80
+    features: str = "kaldi"  # "kaldi" (Kaldi fbank, 25/10 ms) or "espnet" (ESPnet's default frontend: STFT power
+    # spectrum, librosa's Slaney mel filterbank, natural log; asr.features_espnet)
+    n_fft: int = 512  # features "espnet" only: FFT size, window and hop in samples
+    win_length: int = 400
+    hop_length: int = 160
     dither: float = 0.0  # Kaldi dither during training (0 = off)
     max_frames: int = 20000  # fbank frames (10 ms) per batch, padding included
     max_utterances: int = 64
@@ -142,6 +176,13 @@ class DataConfig:
     def validate(self, prefix: str = "data") -> None:
         _check(self.sample_rate > 0, prefix, "sample_rate", "a positive integer", self.sample_rate)
         _check(self.num_mel_bins > 0, prefix, "num_mel_bins", "a positive integer", self.num_mel_bins)
+        _check(self.features in ("kaldi", "espnet"), prefix, "features", "'kaldi' or 'espnet'", self.features)
+        for k in ("n_fft", "win_length", "hop_length"):
+            _check(getattr(self, k) > 0, prefix, k, "a positive integer", getattr(self, k))
+        _check(self.win_length <= self.n_fft, prefix, "win_length", f"<= n_fft={self.n_fft}", self.win_length)
+        if self.features == "espnet":
+            _check(self.dither == 0, prefix, "dither", "0 with features 'espnet' (ESPnet's frontend has none)",
+                   self.dither)
         _check(self.max_frames > 0, prefix, "max_frames", "a positive integer", self.max_frames)
         _check(self.max_utterances > 0, prefix, "max_utterances", "a positive integer", self.max_utterances)
         _check(self.max_duration > 0, prefix, "max_duration", "a positive number", self.max_duration)
@@ -213,6 +254,8 @@ class DecodeConfig:
     max_len_ratio: float = 1.0  # maximum output tokens = ratio * encoder frames
     max_frames: int = 30000  # fbank frames per decoding batch
     precision: str = "fp32"  # "fp32", "auto", "bf16", "fp16": as train.precision (auto: bf16 only where native)
+    lm: str = ""  # LM directory fused by default (asr decode/transcribe --lm override it); relative: to the model dir
+    lm_weight: float = 0.0  # shallow fusion: + lm_weight * log p_lm per token; 0: no LM
 
     ALIASES = {"length_penalty": "length_bonus"}  # old key -> new key: still read, with a warning
 
@@ -230,6 +273,7 @@ class DecodeConfig:
         _check(0.0 <= self.ctc_weight <= 1.0, prefix, "ctc_weight", "a value in [0, 1]", self.ctc_weight)
         _check(self.max_len_ratio > 0, prefix, "max_len_ratio", "a positive number", self.max_len_ratio)
         _check(self.max_frames > 0, prefix, "max_frames", "a positive integer", self.max_frames)
+        _check(self.lm_weight >= 0, prefix, "lm_weight", "a value >= 0", self.lm_weight)
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 Training (``asr.data.dataset``), CMVN statistics (``asr.data.cmvn``), decoding and transcription
 (``asr.transcribe``) all turn waveforms into features here, so a model is always fed what it was
-trained on. Today that is Kaldi's fbank (``asr.audio.fbank_batch``).
+trained on: Kaldi's fbank (``asr.audio.fbank_batch``) or, for models imported from ESPnet, ESPnet's
+STFT log-mel (``asr.features_espnet``), as ``data.features`` says.
 """
 
 from __future__ import annotations
@@ -21,4 +22,9 @@ def compute_features(waveforms: list[torch.Tensor], cfg: DataConfig, dither: flo
     Raises ``AudioError`` for a waveform too short for one frame. ``dither`` (training only) draws
     from torch's global RNG.
     """
+    if cfg.features == "espnet":  # ESPnet's STFT log-mel, for imported ESPnet models (no dither there)
+        from .features_espnet import espnet_fbank
+
+        return [espnet_fbank(w, cfg.sample_rate, cfg.n_fft, cfg.win_length, cfg.hop_length, cfg.num_mel_bins)
+                for w in waveforms]
     return fbank_batch(waveforms, cfg.sample_rate, cfg.num_mel_bins, dither)

@@ -18,11 +18,34 @@ from .fast import Linear
 from .frontend import build_frontend
 from .transformer import Decoder, Encoder
 
-__all__ = ["ASRModel", "BLANK_ID", "UNK_ID", "IGNORE_ID"]
+__all__ = ["ASRModel", "BLANK_ID", "UNK_ID", "IGNORE_ID", "kl_label_smoothing"]
 
 BLANK_ID = 0
 UNK_ID = 1
 IGNORE_ID = -1  # target value that the attention loss ignores
+
+
+def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
+    """Losses in float32 under bf16/fp16 autocast; a float64 model (the ESPnet float64 check) stays float64."""
+    return x if x.dtype == torch.float64 else x.float()
+
+
+def kl_label_smoothing(logits: torch.Tensor, target: torch.Tensor, eps: float) -> torch.Tensor:
+    """ESPnet's label-smoothed loss, summed over targets that are not IGNORE_ID: logits (N, V), target (N,).
+
+    The smoothed target puts 1 - eps on the label and eps / (V - 1) on every other class (PyTorch's
+    puts eps / V on all, the label included), and the loss is the KL divergence from it, i.e. the
+    cross-entropy minus the target's entropy: a constant that moves the loss, not its gradient.
+    """
+    keep = target != IGNORE_ID
+    lp = F.log_softmax(logits[keep], dim=-1)  # (N', V)
+    t = target[keep]
+    v = lp.shape[-1]
+    conf, other = lp.new_tensor(1.0 - eps), lp.new_tensor(eps / (v - 1))  # in the logits' precision
+    lp_t = lp.gather(1, t.unsqueeze(1)).squeeze(1)  # (N',)
+    cross = -(conf * lp_t + other * (lp.sum(-1) - lp_t))
+    entropy = -(torch.xlogy(conf, conf) + (v - 1) * torch.xlogy(other, other))
+    return (cross - entropy).sum()
 
 
 class ASRModel(nn.Module):
@@ -38,13 +61,19 @@ class ASRModel(nn.Module):
         self.sos_id = self.eos_id = cfg.vocab_size - 1
         pre = cfg.norm == "pre"
         self.cmvn = GlobalCMVN(cfg.input_dim)
+        self.espnet_padding = cfg.padding == "espnet"
         self.frontend = build_frontend(
-            cfg.frontend, cfg.input_dim, cfg.d_model, cfg.stack, cfg.conv_channels, cfg.conv_stack
+            cfg.frontend, cfg.input_dim, cfg.d_model, cfg.stack, cfg.conv_channels, cfg.conv_stack, cfg.dropout,
+            self.espnet_padding,
         )
-        self.encoder = Encoder(cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.encoder_layers, cfg.dropout, pre)
+        eps = cfg.layer_norm_eps
+        self.encoder = Encoder(cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.encoder_layers, cfg.dropout, pre, eps)
         self.ctc = Linear(cfg.d_model, cfg.vocab_size)
         self.decoder = (
-            Decoder(cfg.vocab_size, cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.decoder_layers, cfg.dropout, pre)
+            Decoder(
+                cfg.vocab_size, cfg.d_model, cfg.decoder_heads or cfg.heads, cfg.decoder_ffn_dim or cfg.ffn_dim,
+                cfg.decoder_layers, cfg.dropout, pre, eps, cfg.tie_output,
+            )
             if cfg.decoder_layers > 0
             else None
         )
@@ -59,15 +88,28 @@ class ASRModel(nn.Module):
     def encode(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder output (B, T', D) and its lengths (B,) for padded fbank features (B, T, F)."""
         x = self.cmvn(feats)
-        if self.cfg.utterance_cmn:  # each utterance's mean over its real frames only, as ESPnet's UtteranceMVN
+        if self.espnet_padding or self.cfg.utterance_cmn:
             keep = lengths_to_keep_mask(feat_lens, x.shape[1]).unsqueeze(-1)  # (B, T, 1)
-            mean = (x * keep).sum(1, keepdim=True) / feat_lens.clamp_min(1).view(-1, 1, 1).to(x.dtype)
-            x = x - mean
+            if self.espnet_padding:  # ESPnet's GlobalMVN zeroes padded frames; its frontend then reads them
+                x = x * keep
+            if self.cfg.utterance_cmn:
+                x = self._utterance_mvn(x, feat_lens, keep)
         x, lens = self.frontend(x, feat_lens)  # (B, T', D)
         return self.encoder(x, lens), lens
 
+    def _utterance_mvn(self, x: torch.Tensor, lens: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """Each utterance's mean (and with ``utterance_cvn`` its standard deviation) over its real frames
+        removed, as ESPnet's UtteranceMVN. With ``padding: espnet`` the variance is ESPnet's exactly:
+        its sum also runs over padded frames, which hold -mean there (equal for a batch of one)."""
+        n = lens.clamp_min(1).view(-1, 1, 1).to(x.dtype)  # (B, 1, 1)
+        x = x - (x * keep).sum(1, keepdim=True) / n
+        if self.cfg.utterance_cvn:
+            sq = x.square() if self.espnet_padding else x.square() * keep
+            x = x / (sq.sum(1, keepdim=True) / n).sqrt().clamp_min(1e-20)
+        return x
+
     def ctc_log_probs(self, memory: torch.Tensor) -> torch.Tensor:
-        return F.log_softmax(self.ctc(memory).float(), dim=-1)  # (B, T', V)
+        return F.log_softmax(_at_least_fp32(self.ctc(memory)), dim=-1)  # (B, T', V)
 
     def decoder_io(self, tokens: torch.Tensor, token_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Decoder input [sos, y...] and target [y..., eos] (IGNORE_ID after eos), each (B, U + 1)."""
@@ -100,14 +142,17 @@ class ASRModel(nn.Module):
             ) / b
         if w < 1 and self.decoder is not None:
             ys_in, ys_out = self.decoder_io(tokens, token_lens)
-            logits = self.decoder(ys_in, memory, mem_lens).float()  # (B, U + 1, V)
-            loss_att = F.cross_entropy(
-                logits.flatten(0, 1),
-                ys_out.flatten(),
-                ignore_index=IGNORE_ID,
-                label_smoothing=self.cfg.label_smoothing,
-                reduction="sum",
-            ) / b
+            logits = _at_least_fp32(self.decoder(ys_in, memory, mem_lens))  # (B, U + 1, V)
+            if self.cfg.label_smoothing_mode == "espnet":
+                loss_att = kl_label_smoothing(logits.flatten(0, 1), ys_out.flatten(), self.cfg.label_smoothing) / b
+            else:
+                loss_att = F.cross_entropy(
+                    logits.flatten(0, 1),
+                    ys_out.flatten(),
+                    ignore_index=IGNORE_ID,
+                    label_smoothing=self.cfg.label_smoothing,
+                    reduction="sum",
+                ) / b
             valid = ys_out != IGNORE_ID
             out["num_tokens"] = valid.sum()
             out["acc"] = ((logits.argmax(-1) == ys_out) & valid).sum() / valid.sum().clamp_min(1)

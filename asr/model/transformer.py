@@ -11,7 +11,7 @@ from . import fast
 from .attention import MultiHeadAttention, SinusoidalPositions, causal_keep_mask, lengths_to_keep_mask
 from .fast import Dropout, Linear
 
-__all__ = ["Encoder", "Decoder", "DecoderCache"]
+__all__ = ["Encoder", "Decoder", "DecoderCache", "DecoderLayer"]
 
 
 class FeedForward(nn.Sequential):
@@ -28,13 +28,13 @@ class FeedForward(nn.Sequential):
 class EncoderLayer(nn.Module):
     """Self-attention then FFN, each with a residual and LayerNorm (before: pre-norm; after: post-norm)."""
 
-    def __init__(self, d_model: int, heads: int, ffn_dim: int, dropout: float, pre_norm: bool):
+    def __init__(self, d_model: int, heads: int, ffn_dim: int, dropout: float, pre_norm: bool, eps: float = 1e-5):
         super().__init__()
         self.pre_norm = pre_norm
         self.attn = MultiHeadAttention(d_model, heads, dropout)
         self.ffn = FeedForward(d_model, ffn_dim, dropout)
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
+        self.norm1 = nn.LayerNorm(d_model, eps=eps)
+        self.norm2 = nn.LayerNorm(d_model, eps=eps)
         self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor, keep_mask: torch.Tensor) -> torch.Tensor:
@@ -46,13 +46,20 @@ class EncoderLayer(nn.Module):
 
 
 class Encoder(nn.Module):
-    """Positions, then N encoder layers whose self-attention sees only each utterance's own frames."""
+    """Positions, then N encoder layers whose self-attention sees only each utterance's own frames.
 
-    def __init__(self, d_model: int, heads: int, ffn_dim: int, layers: int, dropout: float, pre_norm: bool):
+    ``eps``: of every LayerNorm (ESPnet's Transformer uses 1e-12, PyTorch's default is 1e-5).
+    """
+
+    def __init__(
+        self, d_model: int, heads: int, ffn_dim: int, layers: int, dropout: float, pre_norm: bool, eps: float = 1e-5
+    ):
         super().__init__()
         self.pos = SinusoidalPositions(d_model, dropout)
-        self.layers = nn.ModuleList(EncoderLayer(d_model, heads, ffn_dim, dropout, pre_norm) for _ in range(layers))
-        self.norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
+        self.layers = nn.ModuleList(
+            EncoderLayer(d_model, heads, ffn_dim, dropout, pre_norm, eps) for _ in range(layers)
+        )
+        self.norm = nn.LayerNorm(d_model, eps=eps) if pre_norm else nn.Identity()
 
     def forward(self, x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:  # (B, T, D), (B,)
         keep = lengths_to_keep_mask(lens, x.shape[1])[:, None, None, :]  # (B, 1, 1, T)
@@ -96,44 +103,62 @@ class DecoderCache:
 
 
 class DecoderLayer(nn.Module):
-    """Causal self-attention, cross-attention on the encoder output, FFN; residual + LayerNorm each."""
+    """Causal self-attention, cross-attention on the encoder output, FFN; residual + LayerNorm each.
 
-    def __init__(self, d_model: int, heads: int, ffn_dim: int, dropout: float, pre_norm: bool):
+    ``cross=False`` leaves out the cross-attention block (and its LayerNorm): the causal block of a
+    Transformer language model (``asr.lm``), the same code as the decoder's.
+    """
+
+    def __init__(
+        self, d_model: int, heads: int, ffn_dim: int, dropout: float, pre_norm: bool, eps: float = 1e-5,
+        cross: bool = True,
+    ):
         super().__init__()
         self.pre_norm = pre_norm
         self.self_attn = MultiHeadAttention(d_model, heads, dropout)
-        self.cross_attn = MultiHeadAttention(d_model, heads, dropout, cross=True)
+        self.cross_attn = MultiHeadAttention(d_model, heads, dropout, cross=True) if cross else None
         self.ffn = FeedForward(d_model, ffn_dim, dropout)
-        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(3))
+        self.norms = nn.ModuleList(nn.LayerNorm(d_model, eps=eps) for _ in range(3 if cross else 2))
         self.dropout = Dropout(dropout)
 
-    def forward(self, x, self_keep, cross_kv, memory_keep, past=None):
-        n1, n2, n3 = self.norms
+    def forward(self, x, self_keep, cross_kv=None, memory_keep=None, past=None):
+        n1, *n2, n3 = self.norms  # n2: [] without cross-attention
         if self.pre_norm:
             h, new_kv = self.self_attn(n1(x), self_keep, past=past)
             x = x + self.dropout(h)
-            x = x + self.dropout(self.cross_attn(n2(x), memory_keep, kv=cross_kv)[0])
+            if self.cross_attn is not None:
+                x = x + self.dropout(self.cross_attn(n2[0](x), memory_keep, kv=cross_kv)[0])
             return x + self.dropout(self.ffn(n3(x))), new_kv
         h, new_kv = self.self_attn(x, self_keep, past=past)
         x = n1(x + self.dropout(h))
-        x = n2(x + self.dropout(self.cross_attn(x, memory_keep, kv=cross_kv)[0]))
+        if self.cross_attn is not None:
+            x = n2[0](x + self.dropout(self.cross_attn(x, memory_keep, kv=cross_kv)[0]))
         return n3(x + self.dropout(self.ffn(x))), new_kv
 
 
 class Decoder(nn.Module):
-    """Token embedding (tied with the output layer), positions, M decoder layers, logits."""
+    """Token embedding (tied with the output layer by default), positions, M decoder layers, logits.
+
+    ``tie_output=False`` gives the output layer its own weight and a bias, as ESPnet's decoder has.
+    """
 
     def __init__(
-        self, vocab_size: int, d_model: int, heads: int, ffn_dim: int, layers: int, dropout: float, pre_norm: bool
+        self, vocab_size: int, d_model: int, heads: int, ffn_dim: int, layers: int, dropout: float, pre_norm: bool,
+        eps: float = 1e-5, tie_output: bool = True,
     ):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, d_model)
         nn.init.normal_(self.embed.weight, std=d_model**-0.5)
         self.pos = SinusoidalPositions(d_model, dropout)
-        self.layers = nn.ModuleList(DecoderLayer(d_model, heads, ffn_dim, dropout, pre_norm) for _ in range(layers))
-        self.norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
+        self.layers = nn.ModuleList(
+            DecoderLayer(d_model, heads, ffn_dim, dropout, pre_norm, eps) for _ in range(layers)
+        )
+        self.norm = nn.LayerNorm(d_model, eps=eps) if pre_norm else nn.Identity()
+        self.output = None if tie_output else Linear(d_model, vocab_size)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
+        if self.output is not None:
+            return self.output(self.norm(x))  # (.., V)
         return fast.linear(self.norm(x), self.embed.weight)  # = F.linear: tied output projection, (.., V)
 
     def init_cache(self, memory: torch.Tensor, memory_lens: torch.Tensor) -> DecoderCache:

@@ -54,7 +54,7 @@ fi
   "librosa>=0.10.2" "jamo==0.4.1" "PyYAML>=5.1.2" "soundfile>=0.10.2" "h5py>=2.10.0" "kaldiio>=2.18.0" \
   torch_complex "nltk>=3.4.5" "numpy>=2.0.0" protobuf hydra-core opt-einsum lightning \
   "sentencepiece==0.2.0" "pyworld>=0.3.4" "pypinyin<=0.44.0" espnet_tts_frontend "fast-bss-eval==0.1.3" \
-  "asteroid_filterbanks==0.4.0" editdistance "importlib-metadata<5.0" \
+  "asteroid_filterbanks==0.4.0" editdistance einops "importlib-metadata<5.0" \
   "torch==$torch_version" "torchaudio==$ta_version"
 
 # SpeechBrain installs normally (torch already satisfied).

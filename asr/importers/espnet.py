@@ -1,0 +1,449 @@
+"""Import an ESPnet2 Transformer ASR model (as published) into an ``asr`` model directory.
+
+What ESPnet's Transformer does and how ``asr`` represents it (``ModelConfig``/``DataConfig`` keys):
+
+    ESPnet                                        asr
+    frontend default (STFT, power, librosa mel, log)  data.features: espnet, n_fft/win_length/hop_length
+    normalize global_mvn (feats_stats.npz)        cmvn.json (GlobalCMVN), model.padding
+    normalize utterance_mvn (norm_vars)           model.utterance_cmn (+ utterance_cvn), identity CMVN
+    encoder_conf.input_layer conv2d/6/8, linear   model.frontend conv2d/conv2d6/conv2d8/linear_norm
+    LayerNorm(eps=1e-12)                          model.layer_norm_eps: 1e-12
+    decoder output_layer (own weight + bias)      model.tie_output: false
+    model_conf.lsm_weight (KL, eps / (V - 1))     model.label_smoothing, label_smoothing_mode: espnet
+    token_list [<blank>, <unk>, ..., <sos/eos>]   the same ids: tokenizer.model rewritten in that order
+
+The encoder/decoder layers, positions (x * sqrt(d) + sinusoids), CTC head, sos = eos = V - 1,
+blank 0 and the joint loss ``ctc_weight * ctc + (1 - ctc_weight) * att`` (each summed per
+utterance, averaged over the batch) are already the same. Anything else (another encoder or
+decoder, a non-default frontend, a key we do not know) is an :class:`EspnetImportError` naming
+the config key and its value, raised before anything is written.
+
+The imported model uses ``model.padding: exact``: a batch decodes exactly as ESPnet's
+``Speech2Text`` decodes each utterance alone. ``padding: espnet`` reproduces ESPnet's training
+batches instead (see tests/test_espnet_import.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from ..config import Config, DecodeConfig, ModelConfig
+from .sentencepiece_proto import reorder_pieces
+
+__all__ = ["EspnetImportError", "EspnetFiles", "find_espnet_files", "convert_config", "convert_state_dict",
+           "import_espnet"]
+
+log = logging.getLogger(__name__)
+
+
+class EspnetImportError(ValueError):
+    """An ESPnet model that ``asr`` cannot represent, or files that do not fit together."""
+
+
+@dataclass
+class EspnetFiles:
+    config: Path  # exp/<asr exp>/config.yaml
+    weights: Path  # exp/<asr exp>/*.pth
+    stats: Path | None  # feats_stats.npz (global_mvn only)
+    bpe: Path  # the SentencePiece model
+
+
+# -------------------------------------------------------------------------------------------------
+# Files: the published layout, paths resolved as ESPnet resolves them (relative to the model folder)
+
+
+def _resolve(root: Path | None, value: str, key: str, config: Path) -> Path:
+    p = Path(value)
+    for cand in ([p] if p.is_absolute() else ([root / p] if root else []) + [config.parent / p, p]):
+        if cand.is_file():
+            return cand
+    raise EspnetImportError(f"{config}: {key}={value!r}: no such file (looked relative to {root or config.parent})")
+
+
+def find_espnet_files(
+    root: str | os.PathLike | None = None,
+    config: str | os.PathLike | None = None,
+    weights: str | os.PathLike | None = None,
+    stats: str | os.PathLike | None = None,
+    bpe: str | os.PathLike | None = None,
+) -> EspnetFiles:
+    """The four files of a downloaded ESPnet2 model folder ``root`` (``exp/*/config.yaml`` of the ASR
+    model, the ``*.pth`` beside it, and the stats file and BPE model the config names, relative to
+    ``root``); explicit paths override each."""
+    r = Path(root) if root is not None else None
+    if r is not None and not r.is_dir():
+        raise EspnetImportError(f"{r}: no such directory")
+    if config is None:
+        if r is None:
+            raise EspnetImportError("give a model folder or --config")
+        found = [c for c in sorted(r.glob("exp/*/config.yaml")) + sorted(r.glob("exp/*/*/config.yaml"))
+                 if "encoder" in (yaml.safe_load(c.read_text()) or {})]  # the LM's config has no encoder
+        if len(found) != 1:
+            raise EspnetImportError(f"{r}: expected one ASR config.yaml under exp/, found {[str(f) for f in found]}"
+                                    " (give --config)")
+        config = found[0]
+    cfg_path = Path(config)
+    if not cfg_path.is_file():
+        raise EspnetImportError(f"{cfg_path}: no such config file")
+    cfg = _read_yaml(cfg_path)
+    if weights is None:
+        pths = sorted(cfg_path.parent.glob("*.pth"))
+        if len(pths) != 1:
+            raise EspnetImportError(f"{cfg_path.parent}: expected one *.pth beside config.yaml, found "
+                                    f"{[p.name for p in pths]} (give --weights)")
+        weights = pths[0]
+    if stats is None and cfg.get("normalize") == "global_mvn":
+        sf = (cfg.get("normalize_conf") or {}).get("stats_file")
+        if not sf:
+            raise EspnetImportError(f"{cfg_path}: normalize_conf.stats_file is missing (give --stats)")
+        stats = _resolve(r, sf, "normalize_conf.stats_file", cfg_path)
+    if bpe is None:
+        bm = cfg.get("bpemodel")
+        if not bm:
+            raise EspnetImportError(f"{cfg_path}: bpemodel is missing (give --bpe)")
+        bpe = _resolve(r, bm, "bpemodel", cfg_path)
+    for p, what in ((weights, "weights"), (stats, "stats"), (bpe, "bpe")):
+        if p is not None and not Path(p).is_file():
+            raise EspnetImportError(f"{p}: no such {what} file")
+    return EspnetFiles(cfg_path, Path(weights), Path(stats) if stats else None, Path(bpe))
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise EspnetImportError(f"{path}: not valid YAML ({e})") from e
+    if not isinstance(data, dict):
+        raise EspnetImportError(f"{path}: expected a mapping (an ESPnet config.yaml)")
+    return data
+
+
+# -------------------------------------------------------------------------------------------------
+# Config: every key that shapes the model is either mapped or refused by name
+
+
+class _Conf:
+    """One ``*_conf`` section: values taken by name; :meth:`done` refuses keys nobody asked for."""
+
+    def __init__(self, where: str, section: str, data: dict | None):
+        self.where, self.section, self.data, self.used = where, section, dict(data or {}), set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.used.add(key)
+        return self.data.get(key, default)
+
+    def expect(self, key: str, allowed: tuple, default: Any = None) -> Any:
+        value = self.get(key, default)
+        if value not in allowed:
+            raise EspnetImportError(
+                f"{self.where}: {self.section}.{key}={value!r} is not supported (supported: "
+                f"{', '.join(map(repr, allowed))})"
+            )
+        return value
+
+    def ignore(self, *keys: str) -> None:
+        self.used.update(keys)
+
+    def done(self) -> None:
+        unknown = sorted(set(self.data) - self.used)
+        if unknown:
+            k = unknown[0]
+            raise EspnetImportError(f"{self.where}: unknown key {self.section}.{k}={self.data[k]!r}")
+
+
+INPUT_LAYERS = {"conv2d": "conv2d", "conv2d6": "conv2d6", "conv2d8": "conv2d8", "linear": "linear_norm"}
+_TRAINING_DROPOUTS = ("positional_dropout_rate", "attention_dropout_rate", "self_attention_dropout_rate",
+                      "src_attention_dropout_rate")
+
+
+def convert_config(esp: dict[str, Any], where: str = "config.yaml") -> Config:
+    """Our :class:`Config` for an ESPnet ASR config (its ``token_list`` must be inline)."""
+
+    def top(key: str, allowed: tuple, default: Any = None) -> Any:
+        value = esp.get(key, default)
+        if value not in allowed:
+            raise EspnetImportError(f"{where}: {key}={value!r} is not supported (supported: "
+                                    f"{', '.join(map(repr, allowed))})")
+        return value
+
+    top("model", ("espnet",), "espnet")
+    top("encoder", ("transformer",))
+    top("decoder", ("transformer",))
+    top("frontend", ("default",), "default")
+    top("normalize", ("global_mvn", "utterance_mvn"), None)
+    for key in ("preencoder", "postencoder"):
+        top(key, (None,))
+    top("token_type", ("bpe",), "bpe")
+    if esp.get("input_size") is not None:
+        top("input_size", (None,))
+    tokens = esp.get("token_list")
+    if not isinstance(tokens, list) or len(tokens) < 3:
+        raise EspnetImportError(f"{where}: token_list: expected the list of tokens, got {type(tokens).__name__}")
+    special = (tokens[0], tokens[1], tokens[-1])
+    if special != ("<blank>", "<unk>", "<sos/eos>"):
+        raise EspnetImportError(f"{where}: token_list: expected <blank>, <unk> first and <sos/eos> last, got "
+                                f"{special}")
+
+    m = ModelConfig(vocab_size=len(tokens), layer_norm_eps=1e-12, tie_output=False, label_smoothing_mode="espnet")
+    cfg = Config(model=m, decode=DecodeConfig(beam_size=20, ctc_weight=0.3))
+    d = cfg.data
+    d.features, d.specaugment = "espnet", None
+
+    fc = _Conf(where, "frontend_conf", esp.get("frontend_conf"))
+    fs = fc.get("fs", 16000)
+    if isinstance(fs, str):
+        fs = {"16k": 16000, "8k": 8000}.get(fs.lower(), fs)
+    if not isinstance(fs, int):
+        raise EspnetImportError(f"{where}: frontend_conf.fs={fs!r} is not supported (an integer rate or 16k/8k)")
+    d.sample_rate = fs
+    d.n_fft = fc.get("n_fft", 512)
+    d.win_length = fc.get("win_length") or d.n_fft
+    d.hop_length = fc.get("hop_length", 128)
+    d.num_mel_bins = m.input_dim = fc.get("n_mels", 80)
+    fc.expect("window", ("hann",), "hann")
+    fc.expect("center", (True,), True)
+    fc.expect("normalized", (False,), False)
+    fc.expect("onesided", (True,), True)
+    fc.expect("fmin", (None, 0), None)
+    fc.expect("fmax", (None, fs / 2, fs // 2), None)
+    fc.expect("htk", (False,), False)
+    fc.expect("apply_stft", (True,), True)
+    wpe = fc.get("frontend_conf") or {}
+    if wpe.get("use_wpe") or wpe.get("use_beamformer"):
+        raise EspnetImportError(f"{where}: frontend_conf.frontend_conf={wpe!r} is not supported (no WPE/beamformer)")
+    fc.done()
+
+    nc = _Conf(where, "normalize_conf", esp.get("normalize_conf"))
+    if esp.get("normalize") == "utterance_mvn":
+        m.utterance_cmn = nc.expect("norm_means", (True,), True)
+        m.utterance_cvn = bool(nc.get("norm_vars", False))
+        nc.ignore("eps")
+    elif esp.get("normalize") == "global_mvn":
+        nc.expect("norm_means", (True,), True)
+        nc.expect("norm_vars", (True,), True)
+        nc.ignore("stats_file", "eps")
+    nc.done()
+
+    ec = _Conf(where, "encoder_conf", esp.get("encoder_conf"))
+    m.d_model = ec.get("output_size", 256)
+    m.heads = ec.get("attention_heads", 4)
+    m.ffn_dim = ec.get("linear_units", 2048)
+    m.encoder_layers = ec.get("num_blocks", 6)
+    m.dropout = ec.get("dropout_rate", 0.1)
+    m.frontend = INPUT_LAYERS[ec.expect("input_layer", tuple(INPUT_LAYERS), "conv2d")]
+    pre = ec.expect("normalize_before", (True, False), True)
+    m.norm = "pre" if pre else "post"
+    ec.expect("concat_after", (False,), False)
+    ec.expect("positionwise_layer_type", ("linear",), "linear")
+    ec.expect("pos_enc_layer_type", ("abs_pos",), "abs_pos")
+    ec.expect("interctc_layer_idx", ([], None), [])
+    ec.expect("interctc_use_conditioning", (False,), False)
+    ec.expect("layer_drop_rate", (0.0, 0), 0.0)
+    ec.expect("qk_norm", (False,), False)
+    ec.ignore("use_flash_attn", "positionwise_conv_kernel_size", "padding_idx", *_TRAINING_DROPOUTS)
+    ec.done()
+
+    dc = _Conf(where, "decoder_conf", esp.get("decoder_conf"))
+    heads = dc.get("attention_heads", 4)
+    ffn = dc.get("linear_units", 2048)
+    m.decoder_heads = 0 if heads == m.heads else heads
+    m.decoder_ffn_dim = 0 if ffn == m.ffn_dim else ffn
+    m.decoder_layers = dc.get("num_blocks", 6)
+    dc.expect("input_layer", ("embed",), "embed")
+    dc.expect("use_output_layer", (True,), True)
+    dc.expect("normalize_before", (pre,), True)
+    dc.expect("concat_after", (False,), False)
+    dc.expect("layer_drop_rate", (0.0, 0), 0.0)
+    dc.expect("qk_norm", (False,), False)
+    dc.expect("dropout_rate", (m.dropout,), 0.1)
+    dc.ignore("use_flash_attn", *_TRAINING_DROPOUTS)
+    dc.done()
+
+    mc = _Conf(where, "model_conf", esp.get("model_conf"))
+    m.ctc_weight = mc.get("ctc_weight", 0.5)
+    m.label_smoothing = mc.get("lsm_weight", 0.0)
+    mc.expect("length_normalized_loss", (False,), False)
+    mc.expect("ignore_id", (-1,), -1)
+    mc.expect("interctc_weight", (0.0, 0), 0.0)
+    mc.expect("sym_blank", ("<blank>",), "<blank>")
+    mc.expect("sym_sos", ("<sos/eos>",), "<sos/eos>")
+    mc.expect("sym_eos", ("<sos/eos>",), "<sos/eos>")
+    mc.ignore("report_cer", "report_wer", "sym_space", "extract_feats_in_collect_stats", "lang_token_id")
+    mc.done()
+
+    cc = _Conf(where, "ctc_conf", esp.get("ctc_conf"))
+    cc.expect("ctc_type", ("builtin",), "builtin")
+    cc.expect("dropout_rate", (0.0, 0), 0.0)
+    cc.expect("reduce", (True,), True)
+    cc.expect("zero_infinity", (True,), True)
+    cc.ignore("ignore_nan_grad", "brctc_risk_strategy", "brctc_group_strategy", "brctc_risk_factor")
+    cc.done()
+    try:
+        return cfg.validate()
+    except ValueError as e:
+        raise EspnetImportError(f"{where}: {e}") from None
+
+
+# -------------------------------------------------------------------------------------------------
+# Weights: our name <- ESPnet names (several: concatenated along dim 0, as our fused projections)
+
+
+def _name_map(cfg: ModelConfig) -> dict[str, list[str]]:
+    names: dict[str, list[str]] = {}
+
+    def lin(ours: str, *theirs: str) -> None:
+        for p in ("weight", "bias"):
+            names[f"{ours}.{p}"] = [f"{t}.{p}" for t in theirs]
+
+    if cfg.frontend == "linear_norm":
+        lin("frontend.proj", "encoder.embed.0")
+        lin("frontend.norm", "encoder.embed.1")
+    else:
+        for i in range({"conv2d8": 3}.get(cfg.frontend, 2)):
+            lin(f"frontend.conv.{2 * i}", f"encoder.embed.conv.{2 * i}")
+        lin("frontend.proj", "encoder.embed.out" if cfg.frontend == "conv2d8" else "encoder.embed.out.0")
+    for i in range(cfg.encoder_layers):
+        o, t = f"encoder.layers.{i}", f"encoder.encoders.{i}"
+        lin(f"{o}.attn.qkv", *(f"{t}.self_attn.linear_{x}" for x in "qkv"))
+        lin(f"{o}.attn.out", f"{t}.self_attn.linear_out")
+        lin(f"{o}.ffn.0", f"{t}.feed_forward.w_1")
+        lin(f"{o}.ffn.3", f"{t}.feed_forward.w_2")
+        lin(f"{o}.norm1", f"{t}.norm1")
+        lin(f"{o}.norm2", f"{t}.norm2")
+    if cfg.norm == "pre":
+        lin("encoder.norm", "encoder.after_norm")
+    lin("ctc", "ctc.ctc_lo")
+    names["decoder.embed.weight"] = ["decoder.embed.0.weight"]
+    for i in range(cfg.decoder_layers):
+        o, t = f"decoder.layers.{i}", f"decoder.decoders.{i}"
+        lin(f"{o}.self_attn.qkv", *(f"{t}.self_attn.linear_{x}" for x in "qkv"))
+        lin(f"{o}.self_attn.out", f"{t}.self_attn.linear_out")
+        lin(f"{o}.cross_attn.q", f"{t}.src_attn.linear_q")
+        lin(f"{o}.cross_attn.kv", f"{t}.src_attn.linear_k", f"{t}.src_attn.linear_v")
+        lin(f"{o}.cross_attn.out", f"{t}.src_attn.linear_out")
+        lin(f"{o}.ffn.0", f"{t}.feed_forward.w_1")
+        lin(f"{o}.ffn.3", f"{t}.feed_forward.w_2")
+        for j in range(3):
+            lin(f"{o}.norms.{j}", f"{t}.norm{j + 1}")
+    if cfg.norm == "pre":
+        lin("decoder.norm", "decoder.after_norm")
+    lin("decoder.output", "decoder.output_layer")
+    return names
+
+
+# ESPnet buffers that hold no learned weights (the mel matrix, GlobalMVN's statistics: read from the stats file)
+_IGNORED = ("frontend.logmel.melmat", "normalize.mean", "normalize.std")
+
+
+def convert_state_dict(
+    theirs: dict[str, torch.Tensor], model: torch.nn.Module, where: str = "weights"
+) -> dict[str, torch.Tensor]:
+    """Our state dict (CMVN buffers from ``model``) from ESPnet's; the first misfit is named with both shapes."""
+    own = model.state_dict()
+    out = {k: v for k, v in own.items() if k.startswith("cmvn.")}
+    used = set()
+    for ours, srcs in _name_map(model.cfg).items():
+        want = tuple(own[ours].shape)
+        part = (want[0] // len(srcs), *want[1:])
+        parts = []
+        for s in srcs:
+            if s not in theirs:
+                raise EspnetImportError(f"{where}: has no tensor {s!r}, which the config's model needs (shape {part})")
+            if tuple(theirs[s].shape) != part:
+                raise EspnetImportError(f"{where}: tensor {s!r} has shape {tuple(theirs[s].shape)}, the config's "
+                                        f"model needs {part}")
+            parts.append(theirs[s].float())
+            used.add(s)
+        out[ours] = torch.cat(parts, 0) if len(parts) > 1 else parts[0]
+    extra = sorted(k for k in set(theirs) - used if k not in _IGNORED)
+    if extra:
+        raise EspnetImportError(f"{where}: tensor {extra[0]!r} {tuple(theirs[extra[0]].shape)} has no place in the "
+                                "model the config describes")
+    return out
+
+
+# -------------------------------------------------------------------------------------------------
+
+
+def _read_stats(path: Path, dim: int):
+    from ..data.cmvn import CMVNStats
+
+    try:
+        npz = np.load(path)
+        count, total, total_sq = npz["count"], npz["sum"], npz["sum_square"]
+    except (OSError, KeyError, ValueError) as e:
+        raise EspnetImportError(f"{path}: not ESPnet feats_stats (count, sum, sum_square): {e}") from e
+    if total.shape != (dim,):
+        raise EspnetImportError(f"{path}: statistics of {total.shape} dimensions, the frontend gives {dim}")
+    stats = CMVNStats(dim)
+    stats.count = int(count)
+    stats.sum = torch.from_numpy(np.asarray(total, dtype=np.float64))
+    stats.sum_sq = torch.from_numpy(np.asarray(total_sq, dtype=np.float64))
+    return stats
+
+
+def import_espnet(
+    out: str | os.PathLike,
+    root: str | os.PathLike | None = None,
+    *,
+    config: str | os.PathLike | None = None,
+    weights: str | os.PathLike | None = None,
+    stats: str | os.PathLike | None = None,
+    bpe: str | os.PathLike | None = None,
+) -> Path:
+    """Write model directory ``out`` (config.yaml, model.pt, tokenizer.model, cmvn.json) from an ESPnet
+    model; everything is checked first and the directory appears whole or not at all."""
+    from ..checkpoint import safe_load, save_model_dir
+    from ..model import ASRModel
+    from ..text import Tokenizer
+
+    files = find_espnet_files(root, config, weights, stats, bpe)
+    cfg = convert_config(_read_yaml(files.config), str(files.config))
+    tokens = _read_yaml(files.config)["token_list"]
+    model = ASRModel(cfg.model)
+    try:
+        theirs = safe_load(files.weights)
+    except ValueError as e:
+        raise EspnetImportError(str(e)) from None
+    state = convert_state_dict(theirs, model, str(files.weights))
+    model.load_state_dict(state)
+    cmvn_stats = None
+    if files.stats is not None and cfg.model.utterance_cmn is False:
+        cmvn_stats = _read_stats(files.stats, cfg.model.input_dim)
+        model.cmvn.load_stats(*cmvn_stats.mean_istd())
+    try:
+        sp_model = reorder_pieces(files.bpe.read_bytes(), tokens, str(files.bpe))
+    except (ValueError, IndexError, UnicodeDecodeError) as e:
+        raise EspnetImportError(f"{files.bpe}: {e}") from None
+
+    dest = Path(out)
+    if dest.exists() and any(dest.iterdir()):
+        raise EspnetImportError(f"{dest}: exists and is not empty")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        (tmp / "tokenizer.model").write_bytes(sp_model)
+        Tokenizer.load(tmp / "tokenizer.model")  # the ids check: <blank> 0, <unk> 1, <sos/eos> last
+        cmvn_file = None
+        if cmvn_stats is not None:
+            cmvn_stats.save(tmp / "cmvn.json")
+            cmvn_file = tmp / "cmvn.json"
+        save_model_dir(tmp, cfg, model.state_dict(), None, cmvn_file)
+        if dest.exists():
+            dest.rmdir()
+        tmp.rename(dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("imported %s (%d parameters) into %s", files.weights, model.num_parameters(), dest)
+    return dest
