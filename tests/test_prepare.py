@@ -530,7 +530,7 @@ def test_fsdd_download_pins_a_commit_and_checks_every_recording(tmp_path, http_s
     state, url = http_server
     sums, archive_sha = _fsdd_archive(state, tmp_path)
     corpus = tmp_path / "corpus"
-    with caplog.at_level(logging.INFO, logger="asr.data.fsdd"):
+    with caplog.at_level(logging.INFO, logger="asr.data.fsdd_corpus"):
         rec = download_fsdd(corpus, url + f"{FSDD_COMMIT}.zip", archive_sha, upstream_sums=sums, progress=False)
     assert "60 recording(s) of speaker(s) without checksums (theo) left out" in caplog.text
     assert rec == corpus / "free-spoken-digit-dataset" / "recordings"

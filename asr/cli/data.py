@@ -37,7 +37,7 @@ def run_download(args: argparse.Namespace) -> int:
             for d in dirs:
                 print(d)
         else:
-            from ..data.fsdd import FSDD_URL, download_fsdd, verify_fsdd
+            from ..data.fsdd_corpus import FSDD_URL, download_fsdd, verify_fsdd
 
             if not args.no_fetch:
                 download_fsdd(args.corpus_dir, args.url or FSDD_URL, args.sha256)
