@@ -124,7 +124,8 @@ def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu")
     check_state_fits(state, model, d / MODEL_FILE)
     model.load_state_dict(state)
     tokenizer = Tokenizer.load(d / TOKENIZER_FILE) if (d / TOKENIZER_FILE).is_file() else None
-    return Recognizer(model.to(device).eval(), cfg, tokenizer)
+    rec = Recognizer(model.to(device).eval(), cfg, tokenizer)
+    return rec.use_lm(cfg.decode.lm, base=d) if cfg.decode.lm else rec  # the directory's default LM
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,8 +276,15 @@ def average_checkpoints(
         ck = safe_load(p)
         states.append(ck["model"])
         log.info("averaging %s (epoch %s, step %s)", p.name, ck["epoch"], ck["step"])
-    cfg = load_config(exp / CONFIG_FILE)
     tok = exp / TOKENIZER_FILE
+    from .lm.directory import is_lm_dir
+
+    if is_lm_dir(exp):  # an `asr lm train` run: an LM directory (its weights without the loss wrapper's prefix)
+        from .lm import load_lm_config, save_lm_dir
+
+        avg = {k.removeprefix("lm."): v for k, v in average_state_dicts(states).items()}
+        return save_lm_dir(out, load_lm_config(exp / CONFIG_FILE), avg, tok if tok.is_file() else None), chosen
+    cfg = load_config(exp / CONFIG_FILE)
     cmvn = exp / CMVN_FILE
     d = save_model_dir(
         out, cfg, average_state_dicts(states), tok if tok.is_file() else None, cmvn if cmvn.is_file() else None

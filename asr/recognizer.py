@@ -2,19 +2,26 @@
 
 ``asr.load_model(dir)`` returns one. The network (:class:`asr.model.ASRModel`) stays a plain
 ``nn.Module`` that knows only its dimensions (``model.cfg``, a ``ModelConfig``); everything
-needed to go from audio to text (the feature settings, the default search, the tokenizer)
-travels beside it here, as in Whisper's ``load_model`` + ``decode`` split.
+needed to go from audio to text (the feature settings, the default search, the tokenizer, an
+optional language model for shallow fusion) travels beside it here, as in Whisper's
+``load_model`` + ``decode`` split.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from .config import Config, DecodeConfig
 from .features import compute_features
 from .text import Tokenizer
+
+if TYPE_CHECKING:
+    from .lm import LanguageModel
 
 __all__ = ["Recognizer"]
 
@@ -24,6 +31,7 @@ class Recognizer:
     model: torch.nn.Module  # an ASRModel, in eval mode
     config: Config  # the full experiment configuration the model was trained with
     tokenizer: Tokenizer | None  # None when the model directory has no tokenizer.model
+    lm: LanguageModel | None = None  # fused with decode.lm_weight; see :meth:`use_lm`
 
     @property
     def device(self) -> torch.device:
@@ -31,6 +39,23 @@ class Recognizer:
 
     def to(self, device: str | torch.device) -> Recognizer:
         self.model.to(device)
+        if self.lm is not None:
+            self.lm.to(device)
+        return self
+
+    def use_lm(self, lm: LanguageModel | str | os.PathLike | None, base: str | os.PathLike | None = None) -> Recognizer:
+        """Fuse ``lm`` (a loaded LM or an LM directory; a relative path is taken from ``base`` when it
+        exists there) from now on; None: no LM. An LM over another vocabulary is an error naming both."""
+        from .lm import check_lm_fits, load_lm
+
+        if lm is not None and not hasattr(lm, "model"):
+            path = Path(lm)
+            if base is not None and not path.is_absolute() and (Path(base) / path).is_dir():
+                path = Path(base) / path
+            lm = load_lm(path, self.device)
+        if lm is not None:
+            check_lm_fits(lm, self.model.vocab_size, self.tokenizer)
+        self.lm = lm
         return self
 
     def features(self, waveforms: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -41,7 +66,9 @@ class Recognizer:
         """Best :class:`~asr.decode.Hypothesis` per utterance of a padded batch; the config's search by default."""
         from .decode import recognize
 
-        return recognize(self.model, feats, feat_lens, decode or self.config.decode)
+        cfg = decode or self.config.decode
+        lm = self.lm.model if self.lm is not None and cfg.lm_weight else None
+        return recognize(self.model, feats, feat_lens, cfg, lm)
 
     def text(self, tokens: list[int]) -> str:
         if self.tokenizer is None:

@@ -26,7 +26,6 @@ import logging
 import math
 import os
 import random
-import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -43,24 +42,18 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from . import speed
 from .atomic import atomic_write_text, remove_stale_temporaries
 from .checkpoint import (
-    CMVN_FILE,
-    CONFIG_FILE,
     atomic_save,
-    check_same_model,
     check_state_fits,
     checkpoint_path,
     load_latest_checkpoint,
     prune_checkpoints,
-    save_model_dir,
     update_best,
 )
-from .config import Config, ConfigError, save_config
-from .data.pipeline import build_data, compute_cmvn, dummy_batch, make_loader, make_sampler
+from .config import Config
 from .hardware import autocast, cpu_info, resolve_precision
 from .optim import build_optimizer
 from .runtime import LOG_FILE, DistEnv, MetricsLog, StopFlag, all_reduce, rng_state, set_rng_state, setup_distributed
-from .text import TOKENIZER_FILE
-from .validate import validate
+from .task import ASRTask
 
 __all__ = ["train", "setup_distributed", "TrainingAborted", "LOG_FILE"]
 
@@ -73,13 +66,14 @@ class TrainingAborted(RuntimeError):
     """Training stopped on a fault (too many bad steps, too many unreadable files)."""
 
 
-def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str = "auto") -> dict[str, Any]:
+def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str = "auto", task=None) -> dict[str, Any]:
     """Train ``cfg`` into the experiment directory ``out``; continue from its newest checkpoint if
     it has one (``resume=True`` insists that it does). Returns a summary (step, epoch, metrics).
-    Exits early, after saving a checkpoint, on SIGTERM/SIGINT (``summary["stopped_by"]``)."""
+    Exits early, after saving a checkpoint, on SIGTERM/SIGINT (``summary["stopped_by"]``).
+    ``task``: what is learnt (``asr.task``); the speech recogniser (:class:`ASRTask`) by default."""
     joined = dist.is_available() and dist.is_initialized()
     env = setup_distributed(device)
-    summary = Trainer(cfg, Path(out), resume, env).run()
+    summary = Trainer(cfg, Path(out), resume, env, task).run()
     if not joined and dist.is_available() and dist.is_initialized():
         # Leave the group we joined, on success only (every rank has passed the final barrier): a gloo
         # group left to interpreter exit aborts the process now and then ("terminate called without
@@ -92,7 +86,7 @@ def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str
 class StepStats:
     """What one optimiser step saw, summed over ranks and micro-batches (losses summed per utterance)."""
 
-    utts: float = 0.0  # utterances in the global batch: what losses are normalised by
+    utts: float = 0.0  # units in the global batch (utterances; an LM's tokens): what losses are normalised by
     loss: float = 0.0
     loss_att: float = 0.0
     loss_ctc: float = 0.0
@@ -106,13 +100,11 @@ class StepStats:
 
 class Trainer:
     """One training run: setup in ``__init__``, then :meth:`run` = epochs of :meth:`train_step` and
-    :meth:`end_epoch`; :meth:`save` writes a checkpoint that resumes exactly."""
+    :meth:`end_epoch`; :meth:`save` writes a checkpoint that resumes exactly. What is learnt (model,
+    data, validation, model directory) comes from ``task`` (``asr.task``)."""
 
-    def __init__(self, cfg: Config, exp: Path, resume: bool, env: DistEnv):
-        from .data.cmvn import CMVNStats
-        from .model import ASRModel
-        from .text import Tokenizer
-
+    def __init__(self, cfg: Config, exp: Path, resume: bool, env: DistEnv, task=None):
+        self.task = task = task or ASRTask(cfg)
         self.cfg, self.tcfg, self.exp, self.env = cfg, cfg.train, exp, env
         tcfg = cfg.train
         self.precision = resolve_precision(tcfg.precision, env.device)
@@ -125,41 +117,25 @@ class Trainer:
             raise FileNotFoundError(f"{exp}: --resume given but there is no checkpoint to resume from")
         ck = found[1] if found else None
         if ck is not None:
-            check_same_model(ck["config"]["model"], cfg, exp)
+            task.check_resume(ck["config"], exp)
             if env.is_main:
                 log.info("resuming %s from %s (epoch %d, step %d)", exp, found[0].name, ck["epoch"], ck["step"])
-        # --- tokenizer, model, data, model directory files
-        self.tokenizer = tokenizer = Tokenizer.load(cfg.data.tokenizer or exp)
-        if cfg.model.vocab_size not in (0, tokenizer.vocab_size):
-            raise ConfigError(
-                f"model.vocab_size: {cfg.model.vocab_size}, but the tokenizer {tokenizer.model_path} has "
-                f"{tokenizer.vocab_size} ids; leave it 0 to take the tokenizer's"
-            )
-        cfg.model.vocab_size = tokenizer.vocab_size
+        # --- model, data, the run's files (config, tokenizer, CMVN for ASR)
         torch.manual_seed(tcfg.seed)  # the same initial weights on every rank
-        self.raw_model = model = ASRModel(cfg.model).to(env.device)
+        self.raw_model = model = task.build_model(exp, env.device)
         rank_seed = tcfg.seed * 1_000_003 + 1 + env.rank  # then a stream per rank (dropout differs across ranks)
         torch.manual_seed(rank_seed)
         random.seed(rank_seed)
         np.random.seed(rank_seed % 2**32)
-        data = build_data(cfg, tokenizer, model)
-        self.train_records, self.train_ds = data["train"]
-        cmvn_path = exp / CMVN_FILE
+        self.train_ds, train_lengths, dev = task.build_data(model)
         if env.is_main:
             exp.mkdir(parents=True, exist_ok=True)
-            save_config(cfg, exp / CONFIG_FILE)
-            if Path(tokenizer.model_path).resolve() != (exp / TOKENIZER_FILE).resolve():
-                shutil.copyfile(tokenizer.model_path, exp / TOKENIZER_FILE)
-            if not cmvn_path.is_file():
-                stats = CMVNStats.load(cfg.data.cmvn) if cfg.data.cmvn else compute_cmvn(self.train_records, cfg)
-                stats.save(cmvn_path)
+            task.write_files(exp)
         if env.world_size > 1:
             dist.barrier()
-        model.cmvn.load_stats(*CMVNStats.load(cmvn_path).mean_istd())
-        # --- sampler, optimiser, schedule, scaler. Speed perturbation lengthens audio by up to
-        # 1/min(factor): batches are budgeted for the longest case.
-        stretch = 1.0 / min(cfg.data.speed_perturb) if cfg.data.speed_perturb else 1.0
-        self.sampler = make_sampler([r["duration"] * stretch for r in self.train_records], cfg, env, shuffle=True)
+        task.load_files(exp, model)
+        # --- sampler, optimiser, schedule, scaler
+        self.sampler = task.sampler(train_lengths, env, shuffle=True)
         total_steps = tcfg.max_steps or math.ceil(len(self.sampler) / tcfg.accum_grad) * tcfg.epochs
         self.optimizer, self.scheduler = build_optimizer(model, tcfg, total_steps)
         self.scaler = torch.amp.GradScaler(env.device.type, enabled=self.precision == "fp16")
@@ -172,11 +148,7 @@ class Trainer:
             self._restore(ck, found[0])
         self.model = DDP(model, device_ids=[env.local_rank] if env.device.type == "cuda" else None) if (
             env.world_size > 1) else model  # fmt: skip
-        self.dev = None
-        if data["dev"] is not None:
-            dev_records, dev_ds = data["dev"]
-            dev_sampler = make_sampler([r["duration"] for r in dev_records], cfg, env, shuffle=False)
-            self.dev = (dev_ds, dev_sampler, {r["id"]: r for r in dev_records})
+        self.dev = None if dev is None else (dev[0], task.sampler(dev[1], env, shuffle=False))
         self.metrics_log = MetricsLog(exp, self.step if ck is not None else None) if env.is_main else None
         if env.is_main:
             self._log_setup()
@@ -204,11 +176,8 @@ class Trainer:
             "device": str(env.device), "world_size": env.world_size, "cpu": cpu_info().summary(),
             "speed_paths": speed.active(), "torch": torch.__version__, "time": time.time(),
         })  # fmt: skip
-        recs = self.train_records
-        log.info("model %s parameters, %d train utterances (%.1f h), %d batches/epoch/rank (%.1f%% padding), "
-                 "precision %s, %d process(es)", f"{self.raw_model.num_parameters():,}", len(recs),
-                 sum(r["duration"] for r in recs) / 3600, len(self.sampler), 100 * self.sampler.padding_ratio(),
-                 self.precision, env.world_size)  # fmt: skip
+        log.info("%s, precision %s, %d process(es)", self.task.describe(self.raw_model, self.sampler), self.precision,
+                 env.world_size)  # fmt: skip
 
     # ------------------------------------------------------------------------- checkpoints
     def save(self, kind: str, batches_done: int, metrics: dict[str, float] | None = None) -> None:
@@ -237,33 +206,27 @@ class Trainer:
         log.info("saved %s", path)
 
     # ------------------------------------------------------------------------- one step
-    def _augment(self, batch) -> tuple[torch.Tensor, ...]:
-        """The batch on the device, with the training augmentations that act on whole batches."""
-        from .data.augment import augment
-
-        batch = batch.to(self.env.device, non_blocking=True)
-        feats, feat_lens = augment(batch.feats, batch.feat_lens, self.cfg.data, self.augment_gen)
-        return feats, feat_lens, batch.tokens, batch.token_lens
-
     def train_step(self, group: list, stop_signal: int) -> StepStats:
         """Forward and backward of every micro-batch in ``group`` (gradients synchronised on the last),
         then, unless the loss or gradient is not finite, clipping and the optimiser update."""
-        env, tcfg = self.env, self.tcfg
-        # (1) the global utterance count this step normalises by; audio seconds; unreadable files
-        local = [sum(b.feats.shape[0] for b in group), sum(b.skipped for b in group),
-                 sum(sum(b.durations) for b in group)]  # fmt: skip
-        g_utts, g_skipped, g_audio = all_reduce(local, env)
+        env, tcfg, task = self.env, self.tcfg, self.task
+        # (1) the global count of units (utterances; an LM's tokens) this step normalises by; audio seconds
+        # (tokens); utterances (sentences) and unreadable files
+        local = [sum(task.units(b) for b in group), sum(b.skipped for b in group),
+                 sum(task.amount(b) for b in group), sum(len(b) for b in group)]  # fmt: skip
+        g_utts, g_skipped, g_audio, g_items = all_reduce(local, env)
         self.audio_since += g_audio
         self.counters["skipped_files"] += int(g_skipped)
-        self.counters["seen_files"] += int(g_utts + g_skipped)
+        self.counters["seen_files"] += int(g_items + g_skipped)
         if self.counters["seen_files"] >= SKIP_CHECK_MIN:  # fail early when most of the data is unreadable
             self._check_skip_ratio()
         # (2) forward/backward every micro-batch
         sums = torch.zeros(6, dtype=torch.float64, device=env.device)  # loss att ctc correct tokens nonfinite
         for i, batch in enumerate(group):
             last = i == len(group) - 1
-            b = batch.feats.shape[0]
-            inputs = self._augment(batch) if b else dummy_batch(self.raw_model, env.device)
+            b = task.units(batch)
+            inputs = task.inputs(batch, env.device, self.augment_gen) if b else task.dummy_inputs(self.raw_model,
+                                                                                                  env.device)
             weight = b * env.world_size / max(g_utts, 1)  # DDP averages over ranks; undo, then / global
             try:
                 with contextlib.nullcontext() if last or env.world_size == 1 else self.model.no_sync():
@@ -284,7 +247,8 @@ class Trainer:
                 return StepStats(utts=g_utts, oom=True)
             if b:
                 loss = out["loss"].detach().double()
-                sums[:3] += torch.stack([loss, out["loss_att"].double(), out["loss_ctc"].double()]) * b
+                parts = out.get("loss_att", out["loss"]), out.get("loss_ctc", torch.zeros_like(out["loss"]))
+                sums[:3] += torch.stack([loss, parts[0].double(), parts[1].double()]) * b
                 if "num_tokens" in out:
                     sums[3] += out["acc"].double() * out["num_tokens"]
                     sums[4] += out["num_tokens"]
@@ -327,25 +291,26 @@ class Trainer:
         from .data.dataset import check_skip_ratio
 
         c = self.counters
-        check_skip_ratio(c["skipped_files"], c["seen_files"], self.cfg.data.max_skip_ratio, f"epoch {self.epoch + 1}")
+        ratio = getattr(self.cfg.data, "max_skip_ratio", 0.0)  # an LM's text has no unreadable files
+        check_skip_ratio(c["skipped_files"], c["seen_files"], ratio, f"epoch {self.epoch + 1}")
 
     def _log_step(self, stats: StepStats, bar) -> None:
         """Progress bar every step, a metrics record every ``log_interval`` steps (rank 0)."""
         lr = self.optimizer.param_groups[0]["lr"]
         now = time.time()
-        rate = self.audio_since / max(now - self.t_last, 1e-9)  # seconds of audio per second, all ranks
-        bar.set_postfix(loss=f"{stats.loss / stats.utts:.2f}", lr=f"{lr:.2e}", audio=f"{rate:.0f}s/s")
+        rate = self.audio_since / max(now - self.t_last, 1e-9)  # seconds of audio (LM: tokens) per second, all ranks
+        bar.set_postfix(loss=f"{stats.loss / stats.utts:.2f}", lr=f"{lr:.2e}", rate=f"{rate:.0f}/s")
         if self.step % self.tcfg.log_interval:
             return
         n = stats.utts
         rec = {"kind": "train", "step": self.step, "epoch": self.epoch + 1, "loss": stats.loss / n,
                "loss_att": stats.loss_att / n, "loss_ctc": stats.loss_ctc / n,
                "acc": stats.correct / stats.tokens if stats.tokens else None, "lr": lr,
-               "grad_norm": float(self.grad_norm), "audio_s_per_s": rate, "time": now}  # fmt: skip
+               "grad_norm": float(self.grad_norm), self.task.rate_key: rate, "time": now}  # fmt: skip
         self.metrics_log.write(rec)
         acc = "-" if rec["acc"] is None else f"{rec['acc']:.3f}"
-        log.info("epoch %d step %d loss %.3f acc %s lr %.3g %.0f audio-s/s", self.epoch + 1, self.step, rec["loss"],
-                 acc, lr, rate)  # fmt: skip
+        log.info("epoch %d step %d loss %.3f acc %s lr %.3g %.0f %s", self.epoch + 1, self.step, rec["loss"],
+                 acc, lr, rate, self.task.rate_key)  # fmt: skip
         self.t_last, self.audio_since = now, 0.0
 
     # ------------------------------------------------------------------------- epochs
@@ -356,10 +321,10 @@ class Trainer:
             self._check_skip_ratio()
         metrics = {}
         if self.dev is not None:
-            dev_ds, dev_sampler, dev_by_id = self.dev
+            dev_ds, dev_sampler = self.dev
             dev_sampler.set_epoch(0)
-            loader = make_loader(dev_ds, dev_sampler, self.cfg, 0, self.env.device)
-            metrics = validate(self.raw_model, loader, dev_by_id, self.tokenizer, self.cfg, self.env, self.precision)
+            loader = self.task.loader(dev_ds, dev_sampler, 0, self.env.device)
+            metrics = self.task.validate(self.raw_model, loader, self.env, self.precision)
             if self.env.is_main:
                 self.metrics_log.write({"kind": "dev", "step": self.step, "epoch": self.epoch + 1, **metrics,
                                         "time": time.time()})  # fmt: skip
@@ -370,7 +335,7 @@ class Trainer:
         else:
             self.save("step", batches_done, metrics)
         if self.env.is_main:
-            save_model_dir(self.exp, self.cfg, self.raw_model.state_dict())
+            self.task.save_model_dir(self.exp, self.raw_model.state_dict())
         return metrics
 
     def run(self) -> dict[str, Any]:
@@ -388,7 +353,7 @@ class Trainer:
                 batches_done = sampler.pos
                 if batches_done == 0:
                     self.counters["skipped_files"] = self.counters["seen_files"] = 0
-                batches: Iterator = iter(make_loader(self.train_ds, sampler, self.cfg, self.epoch, self.env.device))
+                batches: Iterator = iter(self.task.loader(self.train_ds, sampler, self.epoch, self.env.device))
                 bar = tqdm(total=len(sampler), initial=batches_done, desc=f"epoch {self.epoch + 1}", unit="batch",
                            disable=None if self.env.is_main else True, dynamic_ncols=True)  # fmt: skip
                 while group := list(islice(batches, tcfg.accum_grad)):

@@ -67,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", type=Path, help="model directory whose decode_<set>/wer.json are read")
     ap.add_argument("--sets", nargs="+")
     ap.add_argument("--decode", default="", help="decoding settings, as text")
+    ap.add_argument("--lm", type=Path, help="LM directory: adds the rows of MODEL/decode_lm_<set>/wer.json (decoded "
+                    "with it) and its perplexity per set (LM/ppl_<set>.json)")  # fmt: skip
+    ap.add_argument("--lm-decode", default="", help="decoding settings with the LM, as text")
     ap.add_argument("--title", default="Results")
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--loso", action="store_true", help="one row per held-out speaker (--exp-prefix, --speakers)")
@@ -79,18 +82,25 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.exp and args.model and args.sets):
         ap.error("--exp, --model and --sets are required (or --loso)")
 
-    rows = []
+    rows, lm_lines = [], []
     for name in args.sets:
-        f = args.model / f"decode_{name}" / "wer.json"
-        if not f.is_file():
-            print(f"results_table: {f} is missing (run the scoring stage)", file=sys.stderr)
-            return 2
-        r = json.loads(f.read_text())
-        lo, hi = r.get("wer_ci95", [float("nan")] * 2)
-        rows.append(
-            f"| {name} | **{r['wer']:.2f}** | {lo:.2f}-{hi:.2f} | {r['sub']} | {r['del']} | {r['ins']} | "
-            f"{r['words']} | {r['sentences']} | {r['ser']:.2f} | {r['cer']:.2f} |"
-        )
+        for folder, label in (("decode", name), ("decode_lm", f"{name} + LM")) if args.lm else (("decode", name),):
+            f = args.model / f"{folder}_{name}" / "wer.json"
+            if not f.is_file():
+                print(f"results_table: {f} is missing (run the scoring stage)", file=sys.stderr)
+                return 2
+            r = json.loads(f.read_text())
+            lo, hi = r.get("wer_ci95", [float("nan")] * 2)
+            rows.append(
+                f"| {label} | **{r['wer']:.2f}** | {lo:.2f}-{hi:.2f} | {r['sub']} | {r['del']} | {r['ins']} | "
+                f"{r['words']} | {r['sentences']} | {r['ser']:.2f} | {r['cer']:.2f} |"
+            )
+        ppl = args.lm / f"ppl_{name}.json" if args.lm else None
+        if ppl is not None and ppl.is_file():
+            p = json.loads(ppl.read_text())
+            lm_lines.append(f"  - {name}: perplexity {p['ppl_token']:.2f} per token, {p['ppl_word']:.2f} per word")
+    if args.lm:
+        lm_lines = [f"- LM: `{args.lm}`; decoding with it: {args.lm_decode or 'see the recipe'}", *lm_lines]
     text = "\n".join(
         [
             f"# {args.title}",
@@ -102,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             *rows,
             "",
             f"- Decoding: {args.decode or 'see the recipe'}",
+            *lm_lines,
             f"- Training time: {training_time(args.exp)}",
             f"- Training precision: {training_setup(args.exp)}",
             f"- Hardware: {hardware()}",

@@ -15,6 +15,7 @@ import sys
 from .. import __version__
 from .data import add_cmvn, add_download, add_prepare, add_tokenizer, run_cmvn, run_download, run_prepare, run_tokenizer
 from .decoding import add_decode, add_score, add_transcribe, run_decode, run_score, run_transcribe
+from .lm import add_lm, run_lm
 from .models import add_import, run_import
 from .training import add_average, add_info, add_plot, add_train, run_average, run_info, run_plot, run_train
 
@@ -31,6 +32,7 @@ COMMANDS = [
     ("transcribe", add_transcribe, run_transcribe),
     ("score", add_score, run_score),
     ("import", add_import, run_import),
+    ("lm", add_lm, run_lm),
 ]
 
 

@@ -7,13 +7,19 @@ import sys
 
 
 def add_download(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("download", help="fetch a corpus (librispeech, fsdd); what is there is not fetched again")
+    p = sub.add_parser("download", help="fetch a corpus (librispeech, librispeech-lm, fsdd); what is there is not "
+                       "fetched again")
     corpora = p.add_subparsers(dest="corpus", metavar="CORPUS", required=True)
     ls = corpora.add_parser("librispeech", help="LibriSpeech subsets from OpenSLR 12 (resumable, MD5-checked)")
     ls.add_argument("--corpus-dir", required=True, help="the subsets land in CORPUS_DIR/LibriSpeech/<subset>")
     ls.add_argument("--subsets", nargs="+", required=True, metavar="SUBSET")
     ls.add_argument("--mirror", default=None, help="base URL holding <subset>.tar.gz (default: openslr.org)")
     ls.add_argument("--keep-archives", action="store_true", help="keep the .tar.gz files after extraction")
+    lm = corpora.add_parser("librispeech-lm", help="the LibriSpeech LM corpus from OpenSLR 11 (librispeech-lm-norm."
+                            "txt.gz, 1.5 GB; resumable, MD5-checked)")  # fmt: skip
+    lm.add_argument("--corpus-dir", required=True, help="the file lands in CORPUS_DIR/librispeech-lm-norm.txt.gz")
+    lm.add_argument("--mirror", default=None, help="base URL holding librispeech-lm-norm.txt.gz (default: openslr.org)")
+    lm.add_argument("--md5", default=None, help="expected MD5 (default: the recorded one; OpenSLR 11 publishes none)")
     fs = corpora.add_parser("fsdd", help="the Free Spoken Digit Dataset: check CORPUS_DIR's recordings, or fetch "
                             "a pinned upstream commit (each recording SHA-256-checked before extraction)")
     fs.add_argument("--corpus-dir", required=True,
@@ -36,6 +42,10 @@ def run_download(args: argparse.Namespace) -> int:
             )
             for d in dirs:
                 print(d)
+        elif args.corpus == "librispeech-lm":
+            from ..data.librispeech import OPENSLR_LM_URL, download_librispeech_lm
+
+            print(download_librispeech_lm(args.corpus_dir, args.mirror or OPENSLR_LM_URL, md5=args.md5))
         else:
             from ..data.fsdd_corpus import FSDD_URL, download_fsdd, verify_fsdd
 

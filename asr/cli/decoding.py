@@ -8,8 +8,22 @@ import sys
 
 def _decode_settings(args: argparse.Namespace, base):
     """The model's decode section with the command-line overrides applied."""
-    keys = ("mode", "beam_size", "ctc_weight", "length_bonus", "max_frames", "precision")
+    keys = ("mode", "beam_size", "ctc_weight", "length_bonus", "max_frames", "precision", "lm_weight")
     return base.updated(**{k: getattr(args, k, None) for k in keys})
+
+
+def _load(args: argparse.Namespace):
+    """The recogniser of ``--model`` with ``--lm`` (or the model directory's default ``decode.lm``)."""
+    from ..checkpoint import load_model
+
+    rec = load_model(args.model, args.device)
+    if args.lm:
+        rec.use_lm(args.lm)
+    cfg = _decode_settings(args, rec.config.decode)
+    if cfg.lm_weight and rec.lm is None:
+        raise ValueError(f"--lm-weight {cfg.lm_weight}: no LM to fuse; give --lm DIR (or decode.lm in the model's "
+                         "config.yaml)")  # fmt: skip
+    return rec, cfg
 
 
 def _add_search_args(p: argparse.ArgumentParser) -> None:
@@ -23,6 +37,9 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"],
                    help="default: the model config's decode.precision (fp32); auto: bf16 only on hardware with "
                         "native bf16 (GPUs, CPUs with AMX or AVX512-BF16)")
+    p.add_argument("--lm", help="LM directory (asr lm train) fused by shallow fusion (default: the model config's "
+                                "decode.lm)")  # fmt: skip
+    p.add_argument("--lm-weight", type=float, help="weight of log p_lm per token (default: decode.lm_weight; 0: no LM)")
 
 
 def add_decode(sub: argparse._SubParsersAction) -> None:
@@ -36,18 +53,17 @@ def add_decode(sub: argparse._SubParsersAction) -> None:
 
 
 def run_decode(args: argparse.Namespace) -> int:
-    from ..checkpoint import load_model
     from ..data.manifest import read_manifest
     from ..decode_manifest import decode_manifest
 
-    rec = load_model(args.model, args.device)
-    cfg = _decode_settings(args, rec.config.decode)
+    rec, cfg = _load(args)
     records = read_manifest(args.manifest)
     stats = decode_manifest(rec, records, args.out, cfg, args.max_frames, args.batch_size, args.num_workers)
     _write_decode_settings(args, cfg, stats)
     print(
         f"decoded {stats.decoded} utterances ({stats.audio_seconds / 3600:.2f} h) in {stats.wall_seconds:.1f} s: "
-        f"RTF {stats.rtf:.4f} (mode {cfg.mode}, beam {cfg.beam_size}, ctc_weight {cfg.ctc_weight}) -> {args.out}"
+        f"RTF {stats.rtf:.4f} (mode {cfg.mode}, beam {cfg.beam_size}, ctc_weight {cfg.ctc_weight}, "
+        f"lm_weight {cfg.lm_weight if rec.lm is not None else 0}) -> {args.out}"
     )
     if stats.failed:
         print(f"asr decode: {len(stats.failed)} utterances failed (unreadable audio): {', '.join(stats.failed[:10])}",
@@ -69,6 +85,7 @@ def _write_decode_settings(args: argparse.Namespace, cfg: object, stats: object)
         "model": str(Path(args.model).resolve()),
         "manifest": str(Path(args.manifest).resolve()),
         "decode": dataclasses.asdict(cfg),
+        "lm": str(Path(args.lm).resolve()) if args.lm else (cfg.lm or None),  # --lm, else the default decode.lm
         "batch_size": args.batch_size,
         "device": args.device,
         "decoded": stats.decoded,
@@ -95,11 +112,10 @@ def run_transcribe(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..audio import AudioError
-    from ..checkpoint import load_model
     from ..transcribe import Transcriber, to_json, to_srt, to_vtt
 
-    rec = load_model(args.model, args.device)
-    tr = Transcriber(rec, _decode_settings(args, rec.config.decode), window=args.window, batch_size=args.batch_size)
+    rec, cfg = _load(args)
+    tr = Transcriber(rec, cfg, window=args.window, batch_size=args.batch_size)
     render = {"text": lambda t: t.text + "\n", "json": lambda t: to_json(t) + "\n", "srt": to_srt, "vtt": to_vtt}
     failed = 0
     for f in args.files:

@@ -12,11 +12,21 @@ def add_import(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="model directory to write (must not exist or be empty)")
     for k in ("config", "weights", "stats", "bpe"):
         p.add_argument(f"--{k}", help=f"the {k} file, where the folder's layout is not ESPnet's")
+    p.add_argument("--lm", action="store_true", help="import the folder's language model (exp/lm_train_*: "
+                   "TransformerLM or SequentialRNNLM) as an LM directory instead of the ASR model")  # fmt: skip
 
 
 def run_import(args: argparse.Namespace) -> int:
     from ..importers import import_espnet
 
+    if args.lm:
+        from ..importers.espnet_lm import import_espnet_lm
+
+        if args.stats:
+            raise ValueError("--stats: an LM has no feature statistics")
+        out = import_espnet_lm(args.out, args.dir, config=args.config, weights=args.weights, bpe=args.bpe)
+        print(f"wrote {out}")
+        return 0
     out = import_espnet(args.out, args.dir, config=args.config, weights=args.weights, stats=args.stats, bpe=args.bpe)
     print(f"wrote {out}")
     return 0

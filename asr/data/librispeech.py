@@ -47,6 +47,23 @@ SUBSETS: dict[str, str] = {
 }
 
 
+# The LibriSpeech LM corpus (OpenSLR 11): 40 M normalised sentences from 14.5 k books (the dev/test books
+# excluded), 1.5 GB gzip. OpenSLR 11 publishes no checksum file; this MD5 is a download's as recorded by
+# others (not verified here: no network) and is overridable (``md5=``, ``asr download librispeech-lm --md5``).
+OPENSLR_LM_URL = "https://www.openslr.org/resources/11/"
+LM_TEXT = "librispeech-lm-norm.txt.gz"
+LM_TEXT_MD5 = "c83c64c726a1aedfe65f80aa311de402"
+
+
+def download_librispeech_lm(corpus_dir: str | os.PathLike, mirror: str = OPENSLR_LM_URL, *, md5: str | None = None,
+                            progress: bool = True, retries: int = 5) -> Path:  # fmt: skip
+    """Fetch ``librispeech-lm-norm.txt.gz`` into ``corpus_dir`` (resumable, MD5-checked like the audio);
+    a file already there with the right MD5 is not fetched again. It stays gzipped: ``asr lm train``
+    streams it."""
+    url = mirror.rstrip("/") + f"/{LM_TEXT}"
+    return download(url, Path(corpus_dir) / LM_TEXT, md5 or LM_TEXT_MD5, progress=progress, retries=retries)
+
+
 class PrepareError(ValueError):
     """A corpus that cannot be turned into a manifest as asked; the message names the files."""
 

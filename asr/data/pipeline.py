@@ -59,14 +59,15 @@ def make_sampler(durations: list[float], cfg: Config, env: DistEnv, shuffle: boo
                                 rank=env.rank, world_size=env.world_size, shuffle=shuffle)  # fmt: skip
 
 
-def make_loader(dataset, sampler, cfg: Config, epoch: int, device: torch.device):
+def make_loader(dataset, sampler, cfg: Config, epoch: int, device: torch.device, collate_fn=collate):
     """A DataLoader for one epoch. Its worker seeds come from its own generator seeded by
-    (seed, epoch): creating it draws nothing from the global RNG, so resuming changes nothing."""
+    (seed, epoch): creating it draws nothing from the global RNG, so resuming changes nothing.
+    (``cfg`` needs only ``data.num_workers`` and ``train.seed``: the LM task's config has both.)"""
     n = cfg.data.num_workers
     return torch.utils.data.DataLoader(
         dataset,
         batch_sampler=sampler,
-        collate_fn=collate,
+        collate_fn=collate_fn,
         num_workers=n,
         pin_memory=device.type == "cuda",
         generator=torch.Generator().manual_seed(cfg.train.seed * 1_000_003 + epoch),

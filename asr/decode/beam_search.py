@@ -5,6 +5,12 @@ Joint CTC/attention scoring (Watanabe et al. 2017): a candidate's score is
 per token. With CTC, only the ``pre_beam`` best tokens of the decoder (and eos) get CTC prefix
 scores, as in ESPnet; ``pre_beam=0`` scores the whole vocabulary.
 
+Shallow fusion with a language model (``asr.lm``) adds ``lm_weight * log p_lm`` per token (eos
+included). The LM steps once per search step over all B x W rows, like the decoder, and its cache
+is reordered with the beams exactly as the decoder's self-attention cache is. With an LM, the
+pre-beam ranks tokens by ``(1 - ctc_weight) log p_att + lm_weight log p_lm`` (ESPnet's "full"
+scores). ``lm_weight=0`` does not run the LM at all: the search is the one without an LM.
+
 At each step the 2 x beam best candidates of every utterance are ranked (as in fairseq): an eos
 among the first ``beam`` ends a hypothesis, the first ``beam`` non-eos ones continue. An
 utterance stops when it has ``beam`` ended hypotheses, when no running hypothesis can beat the
@@ -21,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..lm.cache import LMCache
 from ..model.asr_model import BLANK_ID
 from ..model.transformer import DecoderCache
 from .ctc_prefix_score import CTCPrefixScorer, CTCPrefixState
@@ -53,6 +60,7 @@ class _Beams:
     tokens: torch.Tensor  # (B*W,) newest token of each hypothesis (sos at the start)
     cache: DecoderCache  # self-attention K/V per row; cross-attention K/V per utterance
     ctc: CTCPrefixState | None  # CTC prefix state per row
+    lm_cache: LMCache | None = None  # the fused LM's state per row
 
     def advance(self, parent, tokens, scores, ctc) -> None:
         """Rows ``parent`` (B*W,) extended by ``tokens`` (B*W,), with their new scores (B, W)."""
@@ -60,6 +68,8 @@ class _Beams:
         self.seqs = torch.cat([self.seqs[parent], tokens.unsqueeze(1)], dim=1)
         self.cache = self.cache.reorder_self(parent)
         self.ctc = ctc
+        if self.lm_cache is not None:
+            self.lm_cache = self.lm_cache.index_select(parent)
 
     def keep(self, keep: torch.Tensor) -> None:
         """Only the live utterances ``keep`` (B',) stay."""
@@ -71,25 +81,29 @@ class _Beams:
             self.cache = self.cache.index_select(rows, cross_index=keep)
             if self.ctc is not None:
                 self.ctc = self.ctc.index_select(rows)  # its utt keeps pointing into the scorer's batch
+            if self.lm_cache is not None:
+                self.lm_cache = self.lm_cache.index_select(rows)
 
 
-def _joint_scores(att, scorer, state, ctc_weight: float, k_pre: int, eos: int):
+def _joint_scores(att, scorer, state, ctc_weight: float, k_pre: int, eos: int, lm=None, lm_weight: float = 0.0):
     """Step scores of the candidates of each row: (scores (N, K), ids (N, K) or None for the whole
     vocabulary, CTC log psi (N, K) or None). With CTC the candidates are the ``k_pre`` best tokens
-    of the decoder, plus eos; ``(1 - w) log p_att + w (log psi(h + c) - log psi(h))``."""
+    of the decoder (with an LM: of the fused decoder + LM score), plus eos;
+    ``(1 - w) log p_att + w (log psi(h + c) - log psi(h)) [+ lm_weight log p_lm]``."""
     if scorer is None:
-        return att, None, None
+        return (att, None, None) if lm is None else (att + lm_weight * lm, None, None)
     n, v = att.shape
     if k_pre >= v - 1:
         ids = torch.arange(v, device=att.device).expand(n, v)
     else:
-        pre = att.clone()
+        pre = att.clone() if lm is None else (1 - ctc_weight) * att + lm_weight * lm
         pre[:, eos] = -math.inf  # eos is always a candidate, added below
         pre_ids = pre.topk(k_pre, dim=-1).indices
         ids = torch.cat([pre_ids, torch.full_like(pre_ids[:, :1], eos)], dim=1)  # (N, K)
     psi = scorer.score(state, ids)  # (N, K) float64
     ctc = (psi - state.psi.unsqueeze(1)).float().nan_to_num(nan=-math.inf)
-    return (1 - ctc_weight) * att.gather(1, ids) + ctc_weight * ctc, ids, psi
+    joint = (1 - ctc_weight) * att.gather(1, ids) + ctc_weight * ctc
+    return (joint, ids, psi) if lm is None else (joint + lm_weight * lm.gather(1, ids), ids, psi)
 
 
 def _end(finished: list[list[Hypothesis]], beams: _Beams, top, parent, tok, eos: int, length_norm: bool):
@@ -120,6 +134,8 @@ def beam_search(
     max_len_ratio: float = 1.0,
     pre_beam: int | None = None,
     nbest: int = 1,
+    lm=None,
+    lm_weight: float = 0.0,
 ) -> list[list[Hypothesis]]:
     """Batched joint CTC/attention beam search; memory (B, S, D), mem_lens (B,).
 
@@ -127,12 +143,18 @@ def beam_search(
     (B, S, V) default to ``model.ctc_log_probs(memory)`` when ``ctc_weight > 0``. ``pre_beam``:
     tokens per hypothesis that get CTC scores (default 1.5 x beam, ESPnet's; 0: all).
     ``min_len`` suppresses eos before that many tokens; ``max_len`` overrides the length limit.
+    ``lm``: a language model network (``asr.lm``: ``init_cache``, ``step``) over the same ids, fused
+    with ``lm_weight``; check the vocabularies first (``asr.lm.check_lm_fits``).
     """
     decoder = model.decoder
     if decoder is None:
         raise ValueError("beam_search: the model has no attention decoder (decoder_layers=0); use a CTC mode")
     if not 0.0 <= ctc_weight < 1.0:
         raise ValueError(f"beam_search: ctc_weight must be in [0, 1), got {ctc_weight} (1.0: use mode ctc_beam)")
+    if lm_weight == 0:
+        lm = None
+    elif lm is not None and lm.vocab_size != model.vocab_size:
+        raise ValueError(f"beam_search: the LM has {lm.vocab_size} ids, the ASR model {model.vocab_size}")
     b_total, dev = memory.shape[0], memory.device
     w, v, eos = beam_size, model.vocab_size, model.eos_id
     finished: list[list[Hypothesis]] = [[] for _ in range(b_total)]
@@ -156,6 +178,7 @@ def beam_search(
         tokens=torch.full((b * w,), model.sos_id, dtype=torch.long, device=dev),
         cache=decoder.init_cache(memory[utts], mem_lens[utts]),  # cross K/V once per utterance
         ctc=scorer.initial_state(rows) if scorer else None,
+        lm_cache=lm.init_cache(b * w, dev) if lm is not None else None,
     )
     monotone = length_bonus <= 0 and not length_norm  # scores only fall: a finished best cannot be beaten
 
@@ -166,7 +189,10 @@ def beam_search(
         att[:, BLANK_ID] = -math.inf  # blank is never a decoder target
         if step < min_len:
             att[:, eos] = -math.inf
-        cand, cand_ids, psi = _joint_scores(att, scorer, beams.ctc, ctc_weight, k_pre, eos)
+        lm_lp = None
+        if lm is not None:
+            lm_lp, beams.lm_cache = lm.step(beams.tokens, beams.lm_cache)  # (B*W, V) log p_lm
+        cand, cand_ids, psi = _joint_scores(att, scorer, beams.ctc, ctc_weight, k_pre, eos, lm_lp, lm_weight)
         cand = cand + length_bonus
         at_limit = (beams.limits <= step).repeat_interleave(w)  # (B*W,) only eos may follow
         if bool(at_limit.any()):

@@ -1,4 +1,9 @@
-"""CTC prefix beam search (frame-synchronous) and attention rescoring of its n-best, as in WeNet."""
+"""CTC prefix beam search (frame-synchronous) and attention rescoring of its n-best, as in WeNet.
+
+With a language model (``asr.lm``) both fuse it shallowly: the prefix search ranks a prefix by
+``log P_ctc(prefix) + lm_weight * log p_lm(prefix)``, the LM applied per word piece as a prefix
+grows (and to eos when the search ends); rescoring adds ``lm_weight * log p_lm(y, eos)``.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,35 @@ from ..model.asr_model import BLANK_ID
 from .beam_search import Hypothesis
 from .ctc_prefix_score import NEG_INF
 
-__all__ = ["ctc_prefix_beam_search", "attention_rescoring"]
+__all__ = ["ctc_prefix_beam_search", "attention_rescoring", "lm_sequence_log_probs"]
+
+
+class _PrefixLM:
+    """log p_lm(next token | prefix) for the prefixes a search holds, memoised: each new prefix costs
+    one row of a batched full forward of ``[sos] + prefix`` (prefixes only grow, so rows repeat rarely)."""
+
+    def __init__(self, lm):
+        self.lm = lm
+        self.dev = next(lm.parameters()).device
+        self.next: dict[tuple[int, ...], list[float]] = {}
+        self.total: dict[tuple[int, ...], float] = {(): 0.0}  # log p_lm(prefix)
+
+    def prepare(self, prefixes) -> None:
+        new = [p for p in prefixes if p not in self.next]
+        if not new:
+            return
+        lens = torch.tensor([len(p) for p in new])
+        x = torch.full((len(new), int(lens.max()) + 1), self.lm.sos_id, dtype=torch.long)  # (N, L + 1)
+        for i, p in enumerate(new):
+            x[i, 1 : len(p) + 1] = torch.tensor(p, dtype=torch.long)
+        logits = self.lm(x.to(self.dev)).float()  # (N, L + 1, V)
+        lp = torch.log_softmax(logits[torch.arange(len(new)), lens.to(self.dev)], dim=-1).cpu()  # (N, V)
+        for p, row in zip(new, lp.tolist(), strict=True):
+            self.next[p] = row
+
+    def extend(self, prefix: tuple[int, ...], s: int) -> None:
+        if prefix + (s,) not in self.total:
+            self.total[prefix + (s,)] = self.total[prefix] + self.next[prefix][s]
 
 
 
@@ -27,33 +60,68 @@ def _add(table: dict[tuple[int, ...], list[float]], prefix: tuple[int, ...], pb:
     cur[1] = _logadd(cur[1], pnb)
 
 
-def _prefix_beam_one(lp: torch.Tensor, beam: int) -> list[Hypothesis]:
+def _prefix_beam_one(lp: torch.Tensor, beam: int, plm: _PrefixLM | None = None, lm_weight: float = 0.0,
+                     ) -> list[Hypothesis]:  # fmt: skip
     """One utterance, log-probs (T, V): prefixes with (log p ending in blank, ending in non-blank)."""
     hyps: dict[tuple[int, ...], tuple[float, float]] = {(): (0.0, NEG_INF)}
     top_lp, top_ids = lp.topk(min(beam, lp.shape[1]), dim=-1)  # prune each frame to its `beam` best tokens
+
+    def rank(kv) -> float:  # log P_ctc(prefix) [+ lm_weight log p_lm(prefix)]
+        return _logadd(*kv[1]) + (lm_weight * plm.total[kv[0]] if plm is not None else 0.0)
+
     for frame_lp, frame_ids in zip(top_lp.tolist(), top_ids.tolist(), strict=True):
         nxt: dict[tuple[int, ...], list[float]] = {}
+        if plm is not None:
+            plm.prepare(hyps)
         for prefix, (pb, pnb) in hyps.items():
             last = prefix[-1] if prefix else None
             for p, s in zip(frame_lp, frame_ids, strict=True):
                 if s == BLANK_ID:
                     _add(nxt, prefix, _logadd(pb, pnb) + p, NEG_INF)
-                elif s == last:
+                    continue
+                if plm is not None:
+                    plm.extend(prefix, s)
+                if s == last:
                     _add(nxt, prefix, NEG_INF, pnb + p)  # repeat merged into the same token
                     _add(nxt, prefix + (s,), NEG_INF, pb + p)  # a blank separated the two: a new token
                 else:
                     _add(nxt, prefix + (s,), NEG_INF, _logadd(pb, pnb) + p)
-        ranked = sorted(nxt.items(), key=lambda kv: _logadd(*kv[1]), reverse=True)[:beam]
+        ranked = sorted(nxt.items(), key=rank, reverse=True)[:beam]
         hyps = {k: (v[0], v[1]) for k, v in ranked}
-    return [Hypothesis(list(k), _logadd(*v)) for k, v in hyps.items()]
+    if plm is None:
+        return [Hypothesis(list(k), _logadd(*v)) for k, v in hyps.items()]
+    plm.prepare(hyps)  # the sentence ends: log p_lm(eos | prefix) joins each score
+    eos = plm.lm.eos_id
+    out = [Hypothesis(list(k), _logadd(*v) + lm_weight * (plm.total[k] + plm.next[k][eos])) for k, v in hyps.items()]
+    return sorted(out, key=lambda h: h.score, reverse=True)
 
 
 @torch.inference_mode()
-def ctc_prefix_beam_search(log_probs: torch.Tensor, lens: torch.Tensor, beam_size: int = 10) -> list[list[Hypothesis]]:
+def ctc_prefix_beam_search(log_probs: torch.Tensor, lens: torch.Tensor, beam_size: int = 10, lm=None,
+                           lm_weight: float = 0.0) -> list[list[Hypothesis]]:  # fmt: skip
     """CTC prefix beam search over log-probs (B, T, V); the n-best of each utterance, best first,
-    scored by log P_ctc(prefix) (all its alignments summed)."""
+    scored by log P_ctc(prefix) (all its alignments summed), plus ``lm_weight * log p_lm(prefix, eos)``
+    with an LM (``lm_weight=0``: the LM is not run)."""
     lp = log_probs.float().cpu()
-    return [_prefix_beam_one(lp[i, : int(n)], beam_size) for i, n in enumerate(lens.tolist())]
+    use_lm = lm is not None and lm_weight != 0
+    return [_prefix_beam_one(lp[i, : int(n)], beam_size, _PrefixLM(lm) if use_lm else None, lm_weight)
+            for i, n in enumerate(lens.tolist())]  # fmt: skip
+
+
+@torch.inference_mode()
+def lm_sequence_log_probs(lm, seqs: list[list[int]]) -> torch.Tensor:
+    """log p_lm(y, eos) of each token sequence (no sos/eos in ``seqs``), one teacher-forced call, (N,)."""
+    from ..lm.model import IGNORE_ID, lm_io
+
+    dev = next(lm.parameters()).device
+    lens = torch.tensor([len(s) for s in seqs], device=dev)
+    tokens = torch.zeros(len(seqs), max(1, int(lens.max())), dtype=torch.long, device=dev)
+    for j, s in enumerate(seqs):
+        tokens[j, : len(s)] = torch.tensor(s, dtype=torch.long)
+    ys_in, ys_out = lm_io(tokens, lens, lm.eos_id)
+    lp = torch.log_softmax(lm(ys_in).float(), dim=-1)  # (N, U + 1, V)
+    valid = ys_out != IGNORE_ID
+    return lp.gather(2, ys_out.clamp_min(0).unsqueeze(2)).squeeze(2).masked_fill(~valid, 0.0).sum(1)
 
 
 @torch.inference_mode()
@@ -64,9 +132,12 @@ def attention_rescoring(
     nbest: list[list[Hypothesis]],
     ctc_weight: float = 0.3,
     length_bonus: float = 0.0,
+    lm=None,
+    lm_weight: float = 0.0,
 ) -> list[Hypothesis]:
     """Rescore each utterance's CTC n-best with the attention decoder, all hypotheses in one
-    teacher-forced call: ``(1 - ctc_weight) * log p_att(y, eos) + ctc_weight * log p_ctc(y)``."""
+    teacher-forced call: ``(1 - ctc_weight) * log p_att(y, eos) + ctc_weight * log p_ctc(y)``
+    (+ ``lm_weight * log p_lm(y, eos)`` with an LM)."""
     if model.decoder is None:
         raise ValueError("attention_rescoring: the model has no attention decoder (decoder_layers=0)")
     dev = memory.device
@@ -84,9 +155,12 @@ def attention_rescoring(
     lp = torch.log_softmax(logits, dim=-1)
     valid = ys_out >= 0
     att = lp.gather(2, ys_out.clamp_min(0).unsqueeze(2)).squeeze(2).masked_fill(~valid, 0.0).sum(1)  # (H,)
+    lm_lp = lm_sequence_log_probs(lm, [h.tokens for h in flat]).tolist() if lm is not None and lm_weight else None
     best: list[Hypothesis | None] = [None] * len(nbest)
     for j, h in enumerate(flat):
         s = (1 - ctc_weight) * float(att[j]) + ctc_weight * h.score + length_bonus * (len(h.tokens) + 1)
+        if lm_lp is not None:
+            s += lm_weight * lm_lp[j]
         i = owner[j]
         if best[i] is None or s > best[i].score:
             best[i] = Hypothesis(h.tokens, s)

@@ -14,21 +14,25 @@ __all__ = ["recognize"]
 
 
 @torch.inference_mode()
-def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeConfig | None = None) -> list[Hypothesis]:
+def recognize(
+    model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeConfig | None = None, lm=None
+) -> list[Hypothesis]:
     """Best hypothesis for each utterance of a padded fbank batch (B, T, F) with lengths (B,).
 
     Modes: ``attention`` (batched beam search, joint with CTC when ``ctc_weight`` > 0; beam 1
     is greedy), ``ctc_greedy``, ``ctc_beam`` (CTC prefix beam search) and ``rescore`` (the CTC
     n-best rescored by the attention decoder). ``cfg.precision`` follows the training rule
     (``asr.hardware``): bf16 autocast only where asked for, or ``auto`` on hardware with native bf16.
+    ``lm``: a language model network (``asr.lm``) fused with ``cfg.lm_weight`` in every mode but
+    ``ctc_greedy``; in ``rescore`` it scores the CTC n-best (found without it).
     """
     cfg = cfg or DecodeConfig()
     dev = next(model.parameters()).device
     with autocast(resolve_precision(cfg.precision, dev, "decode.precision"), dev):
-        return _recognize(model, feats.to(dev), feat_lens.to(dev), cfg)
+        return _recognize(model, feats.to(dev), feat_lens.to(dev), cfg, lm)
 
 
-def _recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis]:
+def _recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeConfig, lm) -> list[Hypothesis]:
     dev = feats.device
     memory, mem_lens = model.encode(feats, feat_lens)  # (B, S, D), (B,)
     if cfg.mode == "attention":
@@ -45,6 +49,8 @@ def _recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeC
             length_bonus=cfg.length_bonus,
             length_norm=cfg.length_norm,
             max_len_ratio=cfg.max_len_ratio,
+            lm=lm,
+            lm_weight=cfg.lm_weight,
         )
         return [h[0] for h in nbest]
     lp = model.ctc_log_probs(memory)  # (B, S, V)
@@ -53,9 +59,9 @@ def _recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeC
         keep = torch.arange(lp.shape[1], device=dev) < mem_lens.unsqueeze(1)
         path = (lp.max(-1).values * keep).sum(1)  # log-prob of the best path, (B,)
         return [Hypothesis(t, float(s)) for t, s in zip(ids, path.tolist(), strict=True)]
-    nbest = ctc_prefix_beam_search(lp, mem_lens, cfg.beam_size)
     if cfg.mode == "ctc_beam":
-        return [h[0] for h in nbest]
+        return [h[0] for h in ctc_prefix_beam_search(lp, mem_lens, cfg.beam_size, lm, cfg.lm_weight)]
+    nbest = ctc_prefix_beam_search(lp, mem_lens, cfg.beam_size)
     if cfg.mode == "rescore":
-        return attention_rescoring(model, memory, mem_lens, nbest, cfg.ctc_weight, cfg.length_bonus)
+        return attention_rescoring(model, memory, mem_lens, nbest, cfg.ctc_weight, cfg.length_bonus, lm, cfg.lm_weight)
     raise ValueError(f"decode.mode: expected 'attention', 'ctc_greedy', 'ctc_beam' or 'rescore', got {cfg.mode!r}")

@@ -13,6 +13,12 @@
 #   5 average of the best checkpoints               -> exp/<exp>/avg<N>/
 #   6 decoding of the test sets (beam 10, CTC 0.3)
 #   7 scoring                                       -> exp/<exp>/RESULTS.md
+# With --lm (shallow fusion with a Transformer LM; configs/librispeech/lm_transformer.yaml):
+#   8 download the LM corpus (OpenSLR 11 librispeech-lm-norm.txt.gz, resumable, MD5-checked; or --lm-text FILE)
+#   9 LM training on it plus the training transcripts   -> exp/<lm-exp>/ (an LM directory)
+#  10 LM perplexity on the dev and test sets             -> exp/<lm-exp>/ppl_<set>.json
+#  11 decoding of the test sets with the LM (--lm-weight, default 0.6) -> exp/<exp>/avg<N>/decode_lm_<set>/
+#  12 scoring with the LM; RESULTS.md shows every set without and with the LM
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -30,6 +36,13 @@ vocab_size=5000       # unigram 5000 as in ESPnet's librispeech_100 and the 960 
 num_avg=10
 beam_size=10
 ctc_weight=0.3
+use_lm=false
+lm_config=""
+lm_text=""            # the LM corpus if already on disk (else stage 8 downloads it into --corpus-dir)
+lm_mirror=""
+lm_md5=""
+lm_weight=0.6
+lm_sets=()
 train_sets=()
 while (( $# )); do
   if parse_common_flag "$@"; then shift "$shift_by"; continue; fi
@@ -47,6 +60,13 @@ while (( $# )); do
     --beam-size) beam_size=$2; shift 2 ;;
     --ctc-weight) ctc_weight=$2; shift 2 ;;
     --set) train_sets+=(--set "$2"); shift 2 ;;
+    --lm) use_lm=true; shift ;;
+    --lm-config) lm_config=$(realpath "$2"); shift 2 ;;
+    --lm-text) lm_text=$(realpath "$2"); shift 2 ;;
+    --lm-mirror) lm_mirror=$2; shift 2 ;;
+    --lm-md5) lm_md5=$2; shift 2 ;;
+    --lm-weight) lm_weight=$2; shift 2 ;;
+    --lm-set) lm_sets+=(--set "$2"); shift 2 ;;
     *) echo "unknown option $1 (see the header of $0)" >&2; exit 2 ;;
   esac
 done
@@ -109,9 +129,49 @@ for set in $test_sets; do
     "${ASR[@]}" score --ref "$data/$set.jsonl" --hyp "$model/decode_$set/hyp.jsonl" \
       --report "$model/decode_$set/report.txt" --json-out "$model/decode_$set/wer.json"
 done
+decode_text="beam $beam_size, CTC weight $ctc_weight, average of the $num_avg best checkpoints"
 if (( stage <= 7 && stop_stage >= 7 )); then
   "$PYTHON" "$repo/tools/results_table.py" --exp "$expdir" --model "$model" --sets $test_sets \
-    --decode "beam $beam_size, CTC weight $ctc_weight, average of the $num_avg best checkpoints, no LM" \
+    --decode "$decode_text, no LM" --title "LibriSpeech $train_set, $(basename "$config")" --out "$expdir/RESULTS.md"
+  cat "$expdir/RESULTS.md"
+fi
+$use_lm || exit 0
+
+# ----------------------------------------------------------------------------- language model (--lm)
+lm_config=${lm_config:-$repo/configs/librispeech/lm_transformer.yaml}
+lmdir=exp/$(basename "$lm_config" .yaml)_${train_set}
+if [[ -z $lm_text ]]; then
+  lm_text=$corpus_dir/librispeech-lm-norm.txt.gz
+  lm_dl_args=()
+  [[ -n $lm_mirror ]] && lm_dl_args+=(--mirror "$lm_mirror")
+  [[ -n $lm_md5 ]] && lm_dl_args+=(--md5 "$lm_md5")
+  run_stage 8 lm_download "$data/.done.lm_download" "$data/logs" -- \
+    "${ASR[@]}" download librispeech-lm --corpus-dir "$corpus_dir" "${lm_dl_args[@]}"
+fi
+
+run_stage 9 lm_train "$lmdir/.done.train" "$lmdir/logs" -- \
+  "${launcher[@]}" lm train --config "$lm_config" --text "$lm_text" "$data/$train_set.jsonl" \
+    --dev "$data/$dev_set.jsonl" --tokenizer "$tdata/tokenizer" --out "$lmdir" "${lm_sets[@]}"
+
+for set in $test_sets; do
+  run_stage 10 "lm_ppl_$set" "$lmdir/.done.ppl_$set" "$lmdir/logs" -- \
+    "${ASR[@]}" lm eval --model "$lmdir" --text "$data/$set.jsonl" --json-out "$lmdir/ppl_$set.json"
+done
+
+for set in $test_sets; do
+  run_stage 11 "decode_lm_$set" "$model/decode_lm_$set/.done" "$expdir/logs" -- \
+    "${ASR[@]}" decode --model "$model" --manifest "$data/$set.jsonl" --out "$model/decode_lm_$set/hyp.jsonl" \
+      --beam-size "$beam_size" --ctc-weight "$ctc_weight" --lm "$lmdir" --lm-weight "$lm_weight" --device "$device"
+done
+
+for set in $test_sets; do
+  run_stage 12 "score_lm_$set" "$model/decode_lm_$set/.done.score" "$expdir/logs" -- \
+    "${ASR[@]}" score --ref "$data/$set.jsonl" --hyp "$model/decode_lm_$set/hyp.jsonl" \
+      --report "$model/decode_lm_$set/report.txt" --json-out "$model/decode_lm_$set/wer.json"
+done
+if (( stage <= 12 && stop_stage >= 12 )); then
+  "$PYTHON" "$repo/tools/results_table.py" --exp "$expdir" --model "$model" --sets $test_sets \
+    --decode "$decode_text, no LM" --lm "$lmdir" --lm-decode "$decode_text, LM weight $lm_weight ($lmdir)" \
     --title "LibriSpeech $train_set, $(basename "$config")" --out "$expdir/RESULTS.md"
   cat "$expdir/RESULTS.md"
 fi

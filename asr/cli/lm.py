@@ -1,0 +1,84 @@
+"""Language models: ``asr lm train|eval``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def add_lm(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("lm", help="train or evaluate a language model for shallow fusion")
+    lm_sub = p.add_subparsers(dest="lm_command", metavar="LM_COMMAND", required=True)
+    t = lm_sub.add_parser("train", help="train an LM into an LM directory (several processes: torchrun ... -m asr lm "
+                                        "train ...)")  # fmt: skip
+    t.add_argument("--config", required=True, help="LM experiment YAML (lm, data, train sections)")
+    t.add_argument("--text", nargs="+", metavar="FILE", help="training text: text files (.gz too) or manifests; "
+                                                              "default: the config's data.train")  # fmt: skip
+    t.add_argument("--dev", nargs="+", metavar="FILE", help="dev text (default: the config's data.dev)")
+    t.add_argument("--tokenizer", help="the ASR model's tokenizer (directory or .model; default: data.tokenizer)")
+    t.add_argument("--out", required=True, help="experiment directory; it becomes an LM directory")
+    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    t.add_argument("--resume", action="store_true", help="insist on continuing from the newest checkpoint")
+    t.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda")
+    e = lm_sub.add_parser("eval", help="perplexity per token and per word of an LM on text")
+    e.add_argument("--model", required=True, help="LM directory")
+    e.add_argument("--text", nargs="+", required=True, metavar="FILE", help="text files or manifests")
+    e.add_argument("--device", default="cpu")
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.add_argument("--json-out", metavar="FILE", help="also write the JSON object to FILE (recipes collect these)")
+
+
+def run_lm(args: argparse.Namespace) -> int:
+    return _train(args) if args.lm_command == "train" else _eval(args)
+
+
+def _train(args: argparse.Namespace) -> int:
+    import signal
+
+    from ..lm.config import load_lm_config
+    from ..lm.task import LMTask
+    from ..train import TrainingAborted, train
+
+    rank = int(os.environ.get("RANK", "0"))
+    if rank > 0:
+        logging.getLogger().setLevel(logging.WARNING)
+    cfg = load_lm_config(args.config, args.overrides)
+    if args.text:
+        cfg.data.train = list(args.text)
+    if args.dev:
+        cfg.data.dev = list(args.dev)
+    if args.tokenizer:
+        cfg.data.tokenizer = args.tokenizer
+    try:
+        summary = train(cfg, args.out, resume=args.resume, device=args.device, task=LMTask(cfg))
+    except TrainingAborted as e:
+        print(f"asr lm train: aborted: {e}", file=sys.stderr)
+        return 1
+    stopped = summary["stopped_by"]
+    if rank == 0 and stopped:
+        print(f"stopped by {stopped} at step {summary['step']}: checkpoint saved; run the same command to continue")
+    elif rank == 0:
+        metrics = " ".join(f"{k}={summary[k]:.4g}" for k in ("dev_loss", "dev_ppl") if k in summary)
+        print(f"done: {summary['epoch']} epochs, {summary['step']} steps {metrics}; LM directory {args.out}")
+    return 128 + int(getattr(signal, stopped)) if stopped else 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from ..lm.directory import load_lm
+    from ..lm.evaluate import perplexity
+
+    ppl = perplexity(load_lm(args.model, args.device), args.text)
+    record = json.dumps({**dataclasses.asdict(ppl), "ppl_token": ppl.per_token, "ppl_word": ppl.per_word})
+    if args.json_out:
+        Path(args.json_out).write_text(record + "\n", encoding="utf-8")
+    if args.json:
+        print(record)
+    else:
+        print(ppl.summary())
+    return 0

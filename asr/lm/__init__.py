@@ -1,0 +1,27 @@
+"""Language models over the ASR model's subword ids: a causal Transformer (the decoder's blocks
+without cross-attention) and an LSTM; trained by ``asr.train``'s loop (:class:`~asr.lm.task.LMTask`),
+fused into the search by shallow fusion (``asr.decode``), stored as an LM directory."""
+
+from .cache import LMCache
+from .config import LMConfig, LMDataConfig, LMExperimentConfig, load_lm_config
+from .directory import LanguageModel, check_lm_fits, is_lm_dir, load_lm, save_lm_dir
+from .lstm_lm import LSTMLM
+from .model import LMLoss, build_lm
+from .transformer_lm import TransformerLM
+
+__all__ = [
+    "LMCache",
+    "LMConfig",
+    "LMDataConfig",
+    "LMExperimentConfig",
+    "load_lm_config",
+    "LanguageModel",
+    "check_lm_fits",
+    "is_lm_dir",
+    "load_lm",
+    "save_lm_dir",
+    "LSTMLM",
+    "TransformerLM",
+    "LMLoss",
+    "build_lm",
+]

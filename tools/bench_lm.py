@@ -1,0 +1,98 @@
+"""Decoding speed with shallow fusion: the batched joint CTC/attention beam search with a
+language model against the same search without one.
+
+The 100 h model (random weights, vocabulary 5000) and the LibriSpeech LM config
+(configs/librispeech/lm_transformer.yaml: 16 layers, d_model 512; random weights, same vocabulary);
+16 utterances of 10 s (random fbank; the search does the same work whatever the input), every
+output forced to 30 tokens (eos suppressed before, forced after) so that every variant does equal
+work; beam 10, CTC weight 0.3, 2 threads by default. Encoder included. ``--lstm`` adds an LSTM LM
+(2 x 1024, ESPnet's LibriSpeech RNN LM size). The target of issue 19: the Transformer LM costs at
+most 1.5x the time of decoding without it. Prints a table and one JSON line.
+
+    python tools/bench_lm.py [--utts 16] [--seconds 10] [--beam 10] [--tokens 30] [--threads 2] [--lstm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from asr.config import load_config
+from asr.decode import beam_search
+from asr.hardware import cpu_info
+from asr.lm import LMConfig, build_lm, load_lm_config
+from asr.model import ASRModel
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@torch.inference_mode()
+def decode(model, feats, lens, beam, ctc_weight, n_tokens, lm=None, lm_weight=0.0):
+    memory, mem_lens = model.encode(feats, lens)
+    out = beam_search(model, memory, mem_lens, beam_size=beam, ctc_weight=ctc_weight, max_len=n_tokens,
+                      min_len=n_tokens, lm=lm, lm_weight=lm_weight)  # fmt: skip
+    return [h[0].tokens for h in out]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default=str(ROOT / "configs/librispeech/transformer_100h.yaml"))
+    ap.add_argument("--lm-config", default=str(ROOT / "configs/librispeech/lm_transformer.yaml"))
+    ap.add_argument("--vocab", type=int, default=5000)
+    ap.add_argument("--utts", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--beam", type=int, default=10)
+    ap.add_argument("--ctc-weight", type=float, default=0.3)
+    ap.add_argument("--lm-weight", type=float, default=0.6)
+    ap.add_argument("--tokens", type=int, default=30)
+    ap.add_argument("--threads", type=int, default=2, help="torch threads (0: torch's default)")
+    ap.add_argument("--repeats", type=int, default=1, help="timed runs per variant (the best counts)")
+    ap.add_argument("--lstm", action="store_true", help="also an LSTM LM (2 layers of 1024)")
+    args = ap.parse_args()
+    info = cpu_info()
+    print(f"CPU: {info.summary()}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = load_config(args.config, [f"model.vocab_size={args.vocab}"])
+    torch.manual_seed(0)
+    model = ASRModel(cfg.model).eval()
+    lm_cfg = load_lm_config(args.lm_config).lm
+    lm_cfg.vocab_size = args.vocab
+    lms = {"Transformer LM": build_lm(lm_cfg).eval()}
+    if args.lstm:
+        lms["LSTM LM"] = build_lm(LMConfig(type="lstm", vocab_size=args.vocab, d_model=1024, layers=2)).eval()
+    frames = int(args.seconds * 100)
+    feats = torch.randn(args.utts, frames, cfg.model.input_dim)
+    lens = torch.full((args.utts,), frames)
+    variants = [("no LM", None), *lms.items()]
+    for _, lm in variants:  # warm-up
+        decode(model, feats[:2, :200], lens[:2].clamp_max(200), 2, args.ctc_weight, 3, lm, args.lm_weight)
+    record = {"bench": "lm", "utts": args.utts, "seconds": args.seconds, "beam": args.beam, "tokens": args.tokens,
+              "ctc_weight": args.ctc_weight, "lm_weight": args.lm_weight, "threads": torch.get_num_threads(),
+              "lm_layers": lm_cfg.layers, "lm_d_model": lm_cfg.d_model, "cpu": info.to_dict()}  # fmt: skip
+    rows = []
+    base = None
+    for name, lm in variants:
+        best = float("inf")
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            hyps = decode(model, feats, lens, args.beam, args.ctc_weight, args.tokens, lm, args.lm_weight)
+            best = min(best, time.perf_counter() - t0)
+        assert all(len(h) == args.tokens for h in hyps)
+        base = best if base is None else base
+        rows.append((name, best, args.utts / best, best / base))
+        key = name.lower().replace(" ", "_")
+        record[key] = {"seconds": round(best, 3), "utt_per_s": round(args.utts / best, 3),
+                       "x_no_lm": round(best / base, 3)}
+    print(f"{'variant':<16}{'seconds':>10}{'utt/s':>10}{'x no LM':>10}")
+    for name, t, ups, x in rows:
+        print(f"{name:<16}{t:>10.2f}{ups:>10.2f}{x:>9.2f}x")
+    print(json.dumps(record))
+
+
+if __name__ == "__main__":
+    main()
