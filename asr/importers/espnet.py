@@ -25,10 +25,12 @@ batches instead (see tests/test_espnet_import.py).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +39,7 @@ import torch
 import yaml
 
 from ..config import ModelConfig
+from ..text import Tokenizer
 from .espnet_config import EspnetImportError, convert_config, read_yaml
 from .sentencepiece_proto import reorder_pieces
 
@@ -212,6 +215,32 @@ def _read_stats(path: Path, dim: int):
     return stats
 
 
+@contextlib.contextmanager
+def staged_model_dir(out: str | os.PathLike, bpe: Path, tokens: list[str]) -> Iterator[Path]:
+    """A temporary folder beside ``out`` holding ESPnet's BPE model rewritten so that its ids are
+    ESPnet's ``token_list`` (checked: <blank> 0, <unk> 1, <sos/eos> last); the caller writes the
+    rest into it, and it becomes ``out`` (which must be missing or empty) only if nothing failed."""
+    try:
+        sp_model = reorder_pieces(bpe.read_bytes(), tokens, str(bpe))
+    except (ValueError, IndexError, UnicodeDecodeError) as e:
+        raise EspnetImportError(f"{bpe}: {e}") from None
+    dest = Path(out)
+    if dest.exists() and any(dest.iterdir()):
+        raise EspnetImportError(f"{dest}: exists and is not empty")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        (tmp / "tokenizer.model").write_bytes(sp_model)
+        Tokenizer.load(tmp / "tokenizer.model")
+        yield tmp
+        if dest.exists():
+            dest.rmdir()
+        tmp.rename(dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def import_espnet(
     out: str | os.PathLike,
     root: str | os.PathLike | None = None,
@@ -225,7 +254,6 @@ def import_espnet(
     model; everything is checked first and the directory appears whole or not at all."""
     from ..checkpoint import safe_load, save_model_dir
     from ..model import ASRModel
-    from ..text import Tokenizer
 
     files = find_espnet_files(root, config, weights, stats, bpe)
     cfg = convert_config(read_yaml(files.config), str(files.config))
@@ -241,29 +269,12 @@ def import_espnet(
     if files.stats is not None and cfg.model.utterance_cmn is False:
         cmvn_stats = _read_stats(files.stats, cfg.model.input_dim)
         model.cmvn.load_stats(*cmvn_stats.mean_istd())
-    try:
-        sp_model = reorder_pieces(files.bpe.read_bytes(), tokens, str(files.bpe))
-    except (ValueError, IndexError, UnicodeDecodeError) as e:
-        raise EspnetImportError(f"{files.bpe}: {e}") from None
-
-    dest = Path(out)
-    if dest.exists() and any(dest.iterdir()):
-        raise EspnetImportError(f"{dest}: exists and is not empty")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    try:
-        (tmp / "tokenizer.model").write_bytes(sp_model)
-        Tokenizer.load(tmp / "tokenizer.model")  # the ids check: <blank> 0, <unk> 1, <sos/eos> last
+    with staged_model_dir(out, files.bpe, tokens) as tmp:
         cmvn_file = None
         if cmvn_stats is not None:
             cmvn_stats.save(tmp / "cmvn.json")
             cmvn_file = tmp / "cmvn.json"
         save_model_dir(tmp, cfg, model.state_dict(), None, cmvn_file)
-        if dest.exists():
-            dest.rmdir()
-        tmp.rename(dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    dest = Path(out)
     log.info("imported %s (%d parameters) into %s", files.weights, model.num_parameters(), dest)
     return dest

@@ -23,17 +23,14 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..lm.config import LMConfig, LMDataConfig, LMExperimentConfig
-from .espnet import _resolve
+from .espnet import _resolve, staged_model_dir
 from .espnet_config import EspnetImportError, read_yaml
-from .sentencepiece_proto import reorder_pieces
 
 __all__ = ["find_espnet_lm_files", "convert_lm_config", "convert_lm_state_dict", "import_espnet_lm"]
 
@@ -170,7 +167,6 @@ def import_espnet_lm(out: str | os.PathLike, root: str | os.PathLike | None = No
     from ..checkpoint import safe_load
     from ..lm.directory import save_lm_dir
     from ..lm.model import build_lm
-    from ..text import Tokenizer
 
     cfg_path, w_path, bpe_path = find_espnet_lm_files(root, config, weights, bpe)
     esp = read_yaml(cfg_path)
@@ -181,25 +177,9 @@ def import_espnet_lm(out: str | os.PathLike, root: str | os.PathLike | None = No
     except ValueError as e:
         raise EspnetImportError(str(e)) from None
     model.load_state_dict(convert_lm_state_dict(theirs, model, str(w_path)))
-    try:
-        sp_model = reorder_pieces(bpe_path.read_bytes(), esp["token_list"], str(bpe_path))
-    except (ValueError, IndexError, UnicodeDecodeError) as e:
-        raise EspnetImportError(f"{bpe_path}: {e}") from None
-    dest = Path(out)
-    if dest.exists() and any(dest.iterdir()):
-        raise EspnetImportError(f"{dest}: exists and is not empty")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    try:
-        (tmp / "tokenizer.model").write_bytes(sp_model)
-        Tokenizer.load(tmp / "tokenizer.model")  # the ids check: <blank> 0, <unk> 1, <sos/eos> last
+    with staged_model_dir(out, bpe_path, esp["token_list"]) as tmp:
         cfg.data.tokenizer = ""
         save_lm_dir(tmp, cfg, model.state_dict())
-        if dest.exists():
-            dest.rmdir()
-        tmp.rename(dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    dest = Path(out)
     log.info("imported the %s LM %s into %s", cfg.lm.type, w_path, dest)
     return dest
