@@ -7,15 +7,11 @@ raises :class:`ConfigError` naming the key (``model.d_model``) and what was expe
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
-import types
-import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import yaml
+from .config_io import ConfigError, apply_overrides, build_config, read_config_file, save_config
 
 __all__ = [
     "ConfigError",
@@ -32,13 +28,7 @@ __all__ = [
 ]
 
 
-log = logging.getLogger(__name__)
-
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")  # train.precision and decode.precision (asr.hardware resolves auto)
-
-
-class ConfigError(ValueError):
-    """A configuration value that cannot be used; the message names the key."""
 
 
 @dataclass
@@ -305,104 +295,8 @@ def _check(ok: bool, prefix: str, key: str, expected: str, got: Any) -> None:
         raise ConfigError(f"{prefix}.{key}: expected {expected}, got {got!r}")
 
 
-def _convert(value: Any, tp: Any, key: str) -> Any:
-    """Check ``value`` against the annotation ``tp`` (ints widen to floats); return the typed value."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _convert(value, inner, key)
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        return from_dict(tp, value, key)
-    if origin is list:
-        (inner,) = typing.get_args(tp)
-        if not isinstance(value, list | tuple):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
-        return [_convert(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{key}: expected a number, got {value!r}")
-        return float(value)
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
-        return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{key}: expected true or false, got {value!r}")
-        return value
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{key}: expected a string, got {value!r}")
-        return value
-    raise TypeError(f"unsupported config annotation {tp} for {key}")
-
-
-def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
-    """Build dataclass ``cls`` from a mapping, rejecting unknown keys and wrong types by name."""
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    aliases = getattr(cls, "ALIASES", {})
-    kwargs = {}
-    for k, v in data.items():
-        key = f"{prefix}.{k}" if prefix else str(k)
-        if k in aliases:
-            new = f"{prefix}.{aliases[k]}" if prefix else aliases[k]
-            if aliases[k] in data:
-                raise ConfigError(f"{key}: the old name of {new}; give only one of them")
-            log.warning("%s is the old name of %s (it is a bonus per token): read as %s", key, new, new)
-            k = aliases[k]
-        if k not in names:
-            raise ConfigError(f"{key}: unknown key (known: {', '.join(sorted(names))})")
-        kwargs[k] = _convert(v, hints[k], key)
-    return cls(**kwargs)
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``section.key=value`` strings (values parsed as YAML) to a nested mapping, in place."""
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. train.lr=0.001")
-        key, raw = item.split("=", 1)
-        parts = key.strip().split(".")
-        node = data
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"--set {key}: {p} is not a section")
-        try:
-            node[parts[-1]] = yaml.safe_load(raw)
-        except yaml.YAMLError as e:
-            raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({e})") from e
-    return data
-
-
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> Config:
     """Read a YAML experiment file (missing sections take defaults), apply ``--set`` overrides, validate."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"{p}: no such config file")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{p}: not valid YAML ({e})") from e
-        if not isinstance(data, dict):
-            raise ConfigError(f"{p}: expected a mapping with sections model/data/train/decode")
+    data = read_config_file(path, "model/data/train/decode") if path is not None else {}
     apply_overrides(data, overrides or [])
-    try:
-        return from_dict(Config, data).validate()
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}" if path else str(e)) from None
-
-
-def save_config(cfg: Config, path: str | os.PathLike) -> None:
-    """Write the resolved configuration as YAML (atomically)."""
-    from .atomic import atomic_write_text
-
-    atomic_write_text(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    return build_config(Config, data, path)

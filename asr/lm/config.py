@@ -10,12 +10,9 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from ..config import ConfigError, TrainConfig, _check, apply_overrides, from_dict
+from ..config import ConfigError, TrainConfig, _check, apply_overrides, build_config, read_config_file, save_config
 
 __all__ = ["LMConfig", "LMDataConfig", "LMExperimentConfig", "load_lm_config", "save_lm_config", "LM_TYPES"]
 
@@ -102,28 +99,15 @@ class LMExperimentConfig:
 
 def load_lm_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> LMExperimentConfig:
     """Read an LM experiment YAML (sections lm/data/train), apply ``--set`` overrides, validate."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"{p}: no such config file")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{p}: not valid YAML ({e})") from e
-        if not isinstance(data, dict) or "lm" not in data:
-            raise ConfigError(f"{p}: expected a mapping with sections lm/data/train (an LM config has an 'lm' section)")
+    data = read_config_file(path, "lm/data/train") if path is not None else {}
+    if path is not None and "lm" not in data:
+        raise ConfigError(f"{path}: expected a mapping with sections lm/data/train (an LM config has an 'lm' section)")
     apply_overrides(data, overrides or [])
     for k in ("train", "dev"):  # one file may be given as a string
         if isinstance(data.get("data", {}).get(k), str):
             data["data"][k] = [data["data"][k]]
-    try:
-        return from_dict(LMExperimentConfig, data).validate()
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}" if path else str(e)) from None
+    return build_config(LMExperimentConfig, data, path)
 
 
 def save_lm_config(cfg: LMExperimentConfig, path: str | os.PathLike) -> None:
-    from ..atomic import atomic_write_text
-
-    atomic_write_text(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    save_config(cfg, path)
