@@ -41,6 +41,7 @@ __all__ = [
     "prune_checkpoints",
     "average_state_dicts",
     "average_checkpoints",
+    "average_model_dirs",
 ]
 
 MODEL_FILE = "model.pt"
@@ -290,3 +291,29 @@ def average_checkpoints(
         out, cfg, average_state_dicts(states), tok if tok.is_file() else None, cmvn if cmvn.is_file() else None
     )
     return d, chosen
+
+
+def average_model_dirs(model_dirs: list[str | os.PathLike], out: str | os.PathLike) -> Path:
+    """Average the weights of model directories of one architecture (their ``model`` config
+    sections equal, e.g. several imported or fine-tuned copies) into ``out``; the tokenizer, CMVN
+    statistics and the rest of the config are the first directory's."""
+    if len(model_dirs) < 2:
+        raise ValueError(f"--models: expected at least two model directories, got {len(model_dirs)}")
+    first = Path(model_dirs[0])
+    cfg = load_config(first / CONFIG_FILE)
+    states = []
+    for d in map(Path, model_dirs):
+        other = load_config(d / CONFIG_FILE).model
+        if other != cfg.model:
+            diff = next(k for k in vars(cfg.model) if getattr(cfg.model, k) != getattr(other, k))
+            raise ValueError(
+                f"{d}: model.{diff} is {getattr(other, diff)!r}, but {first} has {getattr(cfg.model, diff)!r}: "
+                "only models of one architecture can be averaged"
+            )
+        state = safe_load(d / MODEL_FILE)
+        states.append(state["model"] if isinstance(state.get("model"), dict) else state)
+        log.info("averaging %s", d)
+    tok, cmvn = first / TOKENIZER_FILE, first / CMVN_FILE
+    return save_model_dir(
+        out, cfg, average_state_dicts(states), tok if tok.is_file() else None, cmvn if cmvn.is_file() else None
+    )

@@ -159,6 +159,25 @@ def test_cli_import_makes_a_model_directory(tmp_path):
     load_model(out)  # loads whatever load_model returns; the config and weights fit
 
 
+def test_asr_average_takes_imported_model_directories(tmp_path):
+    """`asr average --models` averages model directories of one architecture (imported ones too):
+    a model with itself gives its own weights; another architecture is refused by key."""
+    from asr.checkpoint import load_model
+    from asr.cli import main
+
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    for out, fixture in ((a, "small_100h"), (b, "small_100h"), (c, "small_960h")):
+        import_espnet(out, FIXTURES / fixture)
+    w = load_model(a).model.state_dict()
+    sb = torch.load(b / "model.pt", weights_only=True)  # b differs from a: the average is the mean, not a copy
+    torch.save({k: v + 1.0 if v.is_floating_point() else v for k, v in sb.items()}, b / "model.pt")
+    assert main(["average", "--models", str(a), str(b), "--out", str(tmp_path / "avg")]) == 0
+    avg = load_model(tmp_path / "avg").model.state_dict()
+    k = next(k for k, v in w.items() if v.is_floating_point() and v.numel() > 1)
+    assert torch.allclose(avg[k], w[k] + 0.5)
+    assert main(["average", "--models", str(a), str(c), "--out", str(tmp_path / "x")]) == 2
+
+
 def test_cli_explicit_files(tmp_path):
     from asr.cli import main
 

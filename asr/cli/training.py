@@ -76,16 +76,23 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def add_average(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("average", help="average the best or last N checkpoints of a run into a model directory")
-    p.add_argument("--exp", required=True, help="experiment directory of `asr train`")
+    p = sub.add_parser("average", help="average the best or last N checkpoints of a run (or model directories) "
+                       "into a model directory")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--exp", help="experiment directory of `asr train`")
+    src.add_argument("--models", nargs="+", metavar="DIR",
+                     help="model directories of one architecture (e.g. imported with `asr import`)")
     p.add_argument("--num", type=int, default=10, help="number of checkpoints to average")
     p.add_argument("--by", choices=["best", "last"], default="best", help="best by train.best_metric, or newest")
     p.add_argument("--out", required=True, help="model directory to write")
 
 
 def run_average(args: argparse.Namespace) -> int:
-    from ..checkpoint import average_checkpoints
+    from ..checkpoint import average_checkpoints, average_model_dirs
 
+    if args.models:
+        print(f"averaged {len(args.models)} model directories into {average_model_dirs(args.models, args.out)}")
+        return 0
     out, used = average_checkpoints(args.exp, args.num, args.by, args.out)
     print(f"averaged {len(used)} checkpoints ({', '.join(p.name for p in used)}) into {out}")
     return 0
