@@ -1,4 +1,4 @@
-"""The FSDD recordings that ship with the repository (corpora/fsdd): complete, checked, licensed, lossless."""
+"""The FSDD recordings that ship with the repository (corpus/fsdd): complete, checked, licensed, lossless."""
 
 from __future__ import annotations
 

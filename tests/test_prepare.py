@@ -575,7 +575,7 @@ def test_fsdd_download_offline_names_corpus_dir(tmp_path, capsys, monkeypatch) -
         port = s.getsockname()[1]
     monkeypatch.setattr("asr.data.download.time.sleep", lambda _s: None)
     url = f"http://127.0.0.1:{port}/{FSDD_COMMIT}.zip"
-    with pytest.raises(FetchError, match=r"(?s)download failed.*bundled in .*corpora/fsdd.*--corpus-dir DIR"):
+    with pytest.raises(FetchError, match=r"(?s)download failed.*bundled in .*corpus/fsdd.*--corpus-dir DIR"):
         download_fsdd(tmp_path / "corpus", url, progress=False, retries=0)
     rc = main(["download", "fsdd", "--corpus-dir", str(tmp_path / "corpus"), "--url", url])
     err = capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""The recipes run every stage for real (LibriSpeech on ../shared/data, FSDD on the bundled corpora/fsdd),
+"""The recipes run every stage for real (LibriSpeech on ../shared/data, FSDD on the bundled corpus/fsdd),
 and a finished stage is never redone."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def _copy_recipe(tmp: Path, name: str) -> Path:
     outputs = shutil.ignore_patterns("data", "data_*", "exp", "downloads")  # a previous run's, not the recipe's
     shutil.copytree(REPO / "recipes" / name, tmp / "recipes" / name, ignore=outputs)
     shutil.copy(REPO / "recipes" / "stages.sh", tmp / "recipes" / "stages.sh")
-    for d in ("configs", "tools", "corpora"):
+    for d in ("configs", "tools", "corpus"):
         (tmp / d).symlink_to(REPO / d)
     return tmp / "recipes" / name
 
@@ -91,11 +91,11 @@ def test_fsdd_recipe_stages_0_to_3_offline_on_the_bundled_corpus(tmp_path):
     log = (recipe / "data" / "logs" / "stage0.corpus.log").read_text()
     assert "recordings: 2500 files match SHA256SUMS" in log
     digits = (recipe / "data" / "digits_test.jsonl").read_text()
-    assert f'"{tmp_path}/corpora/fsdd/recordings/0_yweweler_0.flac"' in digits
+    assert f'"{tmp_path}/corpus/fsdd/recordings/0_yweweler_0.flac"' in digits
     assert (recipe / "data" / "tokenizer" / "tokenizer.model").is_file() and (recipe / "data" / "cmvn.json").is_file()
     assert not (recipe / "downloads").exists()
 
-    tampered = shutil.copytree(REPO / "corpora" / "fsdd", tmp_path / "tampered", symlinks=False)
+    tampered = shutil.copytree(REPO / "corpus" / "fsdd", tmp_path / "tampered", symlinks=False)
     f = tampered / "recordings" / "4_nicolas_12.flac"
     f.write_bytes(f.read_bytes()[:-1])
     out = _run(recipe / "run.sh", "--corpus-dir", str(tampered), "--data", "data_t", *small, "--stop-stage", "3",

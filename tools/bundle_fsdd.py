@@ -1,6 +1,6 @@
-"""Build corpora/fsdd, the FSDD recordings that ship with the repository, from FSDD's WAV files.
+"""Build corpus/fsdd, the FSDD recordings that ship with the repository, from FSDD's WAV files.
 
-    python tools/bundle_fsdd.py [--src ../shared/data/fsdd/recordings] [--out corpora/fsdd]
+    python tools/bundle_fsdd.py [--src ../shared/data/fsdd/recordings] [--out corpus/fsdd]
 
 Each ``{digit}_{speaker}_{take}.wav`` becomes ``recordings/{digit}_{speaker}_{take}.flac``: FLAC is
 lossless, and every file's decoded samples are checked equal to the WAV's, bit for bit, before
@@ -46,7 +46,7 @@ def convert(wav: Path, flac: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--src", type=Path, default=REPO.parent / "shared" / "data" / "fsdd" / "recordings")
-    p.add_argument("--out", type=Path, default=REPO / "corpora" / "fsdd")
+    p.add_argument("--out", type=Path, default=REPO / "corpus" / "fsdd")
     args = p.parse_args(argv)
     wavs = sorted(w for w in args.src.glob("*.wav") if NAME.match(w.name))
     if not wavs:

@@ -23,7 +23,7 @@ def add_download(sub: argparse._SubParsersAction) -> None:
     fs = corpora.add_parser("fsdd", help="the Free Spoken Digit Dataset: check CORPUS_DIR's recordings, or fetch "
                             "a pinned upstream commit (each recording SHA-256-checked before extraction)")
     fs.add_argument("--corpus-dir", required=True,
-                    help="holds recordings/ (checked against its SHA256SUMS when it has one, e.g. corpora/fsdd); "
+                    help="holds recordings/ (checked against its SHA256SUMS when it has one, e.g. corpus/fsdd); "
                     "a download lands in CORPUS_DIR/free-spoken-digit-dataset")
     fs.add_argument("--no-fetch", action="store_true", help="only check the recordings CORPUS_DIR holds; fetch nothing")
     fs.add_argument("--url", default=None, help="the archive to fetch (default: FSDD's pinned commit on GitHub)")

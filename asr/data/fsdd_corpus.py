@@ -1,6 +1,6 @@
 """The FSDD recordings: where they are, how they are checked, and the pinned download.
 
-Five speakers' 2,500 clips ship with the repository as lossless FLAC (``corpora/fsdd``, with
+Five speakers' 2,500 clips ship with the repository as lossless FLAC (``corpus/fsdd``, with
 FSDD's licence and a ``SHA256SUMS``), so the recipe needs no network; :func:`download_fsdd`
 fetches a pinned upstream commit instead of a moving branch and checks every recording of those
 speakers against the SHA-256 of the original WAV bytes before extracting any. A recordings folder
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 FSDD_COMMIT = "d6938f9bf1545aa66d8489fc9f1385a7abd64282"
 FSDD_URL = f"https://github.com/Jakobovski/free-spoken-digit-dataset/archive/{FSDD_COMMIT}.zip"
 # The recordings that ship with the repository (absent from an installed copy of the package alone).
-BUNDLED_FSDD = Path(__file__).resolve().parents[2] / "corpora" / "fsdd"
+BUNDLED_FSDD = Path(__file__).resolve().parents[2] / "corpus" / "fsdd"
 UPSTREAM_SUMS = BUNDLED_FSDD / "upstream-wav.sha256"  # SHA-256 of the original WAV bytes
 SUMS = "SHA256SUMS"
 CLIP_NAME = re.compile(r"^(\d)_([A-Za-z0-9]+)_(\d+)\.(wav|flac)$")
@@ -71,7 +71,7 @@ def verify_fsdd(corpus_dir: str | os.PathLike) -> tuple[Path, int | None]:
             except ChecksumError as e:
                 if sums.parent.resolve() != BUNDLED_FSDD:
                     raise
-                raise ChecksumError(f"{e}\n(`git checkout -- corpora/fsdd` restores the repository's copy)") from e
+                raise ChecksumError(f"{e}\n(`git checkout -- corpus/fsdd` restores the repository's copy)") from e
     log.info("%s: no %s beside the recordings, so they are not checked", rec, SUMS)
     return rec, None
 
@@ -143,7 +143,7 @@ def download_fsdd(
         pass
     if not Path(upstream_sums).is_file():  # e.g. a package installed without its repository
         raise ChecksumError(f"{upstream_sums}: missing; without FSDD's checksums nothing can be checked, "
-                            "so nothing is downloaded (a clone of the repository has it in corpora/fsdd)")
+                            "so nothing is downloaded (a clone of the repository has it in corpus/fsdd)")
     expected = {PurePosixPath(k).name: v for k, v in read_sha256sums(upstream_sums).items()}
     archive = root / f"free-spoken-digit-dataset-{url.rstrip('/').rsplit('/', 1)[-1]}"
     try:

@@ -7,7 +7,7 @@
 # the experiment of each speaker are kept apart, and finished stages are skipped on a rerun), then
 # exp/NAME_loso.md: the test WER of every speaker, their mean and the worst. Any other option
 # (--corpus-dir, --download, --config, --seed, --set KEY=VALUE, --stage, ...) goes to every run.sh;
-# the corpus is the one run.sh uses (the bundled corpora/fsdd unless --corpus-dir or --download).
+# the corpus is the one run.sh uses (the bundled corpus/fsdd unless --corpus-dir or --download).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -33,7 +33,7 @@ while (( $# )); do
 done
 find_asr "$repo"
 if [[ -z $corpus_dir ]]; then  # as run.sh chooses it
-  if $fetch; then corpus_dir=$here/downloads/fsdd; else corpus_dir=$repo/corpora/fsdd; fi
+  if $fetch; then corpus_dir=$here/downloads/fsdd; else corpus_dir=$repo/corpus/fsdd; fi
 fi
 pass+=(--corpus-dir "$corpus_dir")
 if $fetch; then  # the speakers are read from the recordings, so they must be there first

@@ -5,7 +5,7 @@
 #       [--set KEY=VALUE ...] [--test-speakers "S ..."] [--mode M] [--beam-size N] [--ctc-weight W]
 #       [--exp NAME] [--config YAML] [--num-train N] [--num-dev N] [--num-test N] [--trim-prob P] [--data DIR]
 #
-# The recordings: by default the 2,500 bundled with the repository (corpora/fsdd, no network needed);
+# The recordings: by default the 2,500 bundled with the repository (corpus/fsdd, no network needed);
 # --corpus-dir DIR: a folder of your own FSDD recordings (DIR/recordings/ or DIR itself);
 # --download: FSDD's pinned upstream commit, fetched into downloads/fsdd (or --corpus-dir DIR) and
 # checked recording by recording (SHA-256) before anything is extracted.
@@ -25,11 +25,11 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 source "$here/../stages.sh"
 
-corpus_dir=""          # default: $repo/corpora/fsdd, or downloads/fsdd with --download
+corpus_dir=""          # default: $repo/corpus/fsdd, or downloads/fsdd with --download
 fetch=false
 config=$repo/configs/fsdd/transformer.yaml
 exp=transformer
-test_speakers=""      # default: the last speaker in sorted order (yweweler in corpora/fsdd)
+test_speakers=""      # default: the last speaker in sorted order (yweweler in corpus/fsdd)
 seed=0
 vocab_size=29         # <blank> <unk> <sos/eos>, the 10 digit words, and the letters
 num_avg=5
@@ -56,7 +56,7 @@ while (( $# )); do
   esac
 done
 if [[ -z $corpus_dir ]]; then
-  if $fetch; then corpus_dir=$here/downloads/fsdd; else corpus_dir=$repo/corpora/fsdd; fi
+  if $fetch; then corpus_dir=$here/downloads/fsdd; else corpus_dir=$repo/corpus/fsdd; fi
 fi
 fetch_args=(--no-fetch)
 $fetch && fetch_args=()
