@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
-import os
-import sys
 
 
 def add_lm(sub: argparse._SubParsersAction) -> None:
@@ -35,15 +32,11 @@ def run_lm(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    import signal
-
     from ..lm.config import load_lm_config
     from ..lm.task import LMTask
-    from ..train import TrainingAborted, train
+    from .training import quiet_other_ranks, train_and_report
 
-    rank = int(os.environ.get("RANK", "0"))
-    if rank > 0:
-        logging.getLogger().setLevel(logging.WARNING)
+    rank = quiet_other_ranks()
     cfg = load_lm_config(args.config, args.overrides)
     if args.text:
         cfg.data.train = list(args.text)
@@ -51,18 +44,7 @@ def _train(args: argparse.Namespace) -> int:
         cfg.data.dev = list(args.dev)
     if args.tokenizer:
         cfg.data.tokenizer = args.tokenizer
-    try:
-        summary = train(cfg, args.out, resume=args.resume, device=args.device, task=LMTask(cfg))
-    except TrainingAborted as e:
-        print(f"asr lm train: aborted: {e}", file=sys.stderr)
-        return 1
-    stopped = summary["stopped_by"]
-    if rank == 0 and stopped:
-        print(f"stopped by {stopped} at step {summary['step']}: checkpoint saved; run the same command to continue")
-    elif rank == 0:
-        metrics = " ".join(f"{k}={summary[k]:.4g}" for k in ("dev_loss", "dev_ppl") if k in summary)
-        print(f"done: {summary['epoch']} epochs, {summary['step']} steps {metrics}; LM directory {args.out}")
-    return 128 + int(getattr(signal, stopped)) if stopped else 0
+    return train_and_report(cfg, args, rank, "asr lm train", "LM directory", ("dev_loss", "dev_ppl"), LMTask(cfg))
 
 
 def _eval(args: argparse.Namespace) -> int:

@@ -50,29 +50,44 @@ def add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda")
 
 
-def run_train(args: argparse.Namespace) -> int:
+def quiet_other_ranks() -> int:
+    """This process's rank; ranks above 0 log warnings only (rank 0 speaks for everyone)."""
     import os
-    import signal
-
-    from ..config import load_config
-    from ..train import TrainingAborted, train
 
     rank = int(os.environ.get("RANK", "0"))
     if rank > 0:
-        logging.getLogger().setLevel(logging.WARNING)  # rank 0 speaks for everyone
-    cfg = load_config(args.config, args.overrides)
+        logging.getLogger().setLevel(logging.WARNING)
+    return rank
+
+
+def train_and_report(cfg, args: argparse.Namespace, rank: int, command: str, what: str, metrics: tuple[str, ...],
+                     task=None) -> int:
+    """Run the training loop and print its outcome (rank 0); the exit status: 1 when aborted on a fault,
+    128 + signal when stopped by one (the checkpoint is saved), else 0."""
+    import signal
+
+    from ..train import TrainingAborted, train
+
     try:
-        summary = train(cfg, args.out, resume=args.resume, device=args.device)
+        summary = train(cfg, args.out, resume=args.resume, device=args.device, task=task)
     except TrainingAborted as e:
-        print(f"asr train: aborted: {e}", file=sys.stderr)
+        print(f"{command}: aborted: {e}", file=sys.stderr)
         return 1
     stopped = summary["stopped_by"]
     if rank == 0 and stopped:
         print(f"stopped by {stopped} at step {summary['step']}: checkpoint saved; run the same command to continue")
     elif rank == 0:
-        metrics = " ".join(f"{k}={summary[k]:.4g}" for k in ("dev_loss", "dev_acc", "dev_wer") if k in summary)
-        print(f"done: {summary['epoch']} epochs, {summary['step']} steps {metrics}; model directory {args.out}")
+        done = " ".join(f"{k}={summary[k]:.4g}" for k in metrics if k in summary)
+        print(f"done: {summary['epoch']} epochs, {summary['step']} steps {done}; {what} {args.out}")
     return 128 + int(getattr(signal, stopped)) if stopped else 0
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from ..config import load_config
+
+    rank = quiet_other_ranks()
+    cfg = load_config(args.config, args.overrides)
+    return train_and_report(cfg, args, rank, "asr train", "model directory", ("dev_loss", "dev_acc", "dev_wer"))
 
 
 def add_average(sub: argparse._SubParsersAction) -> None:
