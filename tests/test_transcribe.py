@@ -201,3 +201,35 @@ def test_cli_decode_then_score(model_dir, data_root, tmp_path, capsys):
     assert (res["sub"], res["del"], res["ins"]) == (o.substitutions, o.deletions, o.insertions)
     assert res["wer"] == pytest.approx(100 * o.wer, abs=1e-3)
     assert "MISSING HYPOTHESIS" in (tmp_path / "rep.txt").read_text()
+
+
+def test_cli_decode_at_a_speed(model_dir, recognizer, data_root, tmp_path, capsys):
+    """`asr decode --speed F` plays every utterance F times faster: the features of the resampled audio."""
+    from asr.audio import speed_perturb
+    from asr.data.dataset import ASRDataset
+
+    rec = librispeech_records(data_root)[0]
+    sr = recognizer.config.data.sample_rate
+    item = ASRDataset([{**rec, "speed": 1.25}], recognizer.tokenizer, recognizer.config.data, train=False)[0]
+    want = recognizer.features([speed_perturb(load_audio(rec["audio"], sr), sr, 1.25)])[0]
+    assert item["speed"] == 1.25 and torch.equal(item["feats"], want)
+    plain = ASRDataset([rec], recognizer.tokenizer, recognizer.config.data, train=False)[0]
+    assert plain["speed"] == 1.0 and plain["feats"].shape[0] > want.shape[0]
+
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps(rec) + "\n")
+    hyp = tmp_path / "hyp.jsonl"
+    args = ["decode", "--model", str(model_dir), "--manifest", str(manifest), "--out", str(hyp), "--mode",
+            "ctc_greedy", "--num-workers", "0"]  # fmt: skip
+    texts = {}
+    for speed in ("1.25", None):
+        assert main(args + (["--speed", speed] if speed else [])) == 0
+        texts[speed] = json.loads(hyp.read_text())["text"]
+        assert json.loads(hyp.with_suffix(".settings.json").read_text())["speed"] == float(speed or 1.0)
+    with torch.inference_mode():
+        mem, lens = recognizer.model.encode(want[None], torch.tensor([want.shape[0]]))
+        ids = recognizer.model.ctc_log_probs(mem)[0].argmax(-1).unique_consecutive()
+    assert texts["1.25"] == recognizer.text([i for i in ids.tolist() if i != 0])
+    with pytest.raises(SystemExit):
+        main([*args, "--speed", "0"])
+    assert "expected a positive number" in capsys.readouterr().err

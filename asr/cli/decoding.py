@@ -50,6 +50,19 @@ def add_decode(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-frames", type=int, help="fbank frames per batch, padding included (default: model config)")
     p.add_argument("--batch-size", type=int, default=64, help="at most this many utterances per batch")
     p.add_argument("--num-workers", type=int, default=2, help="feature extraction processes")
+    p.add_argument("--speed", type=_positive, default=None, metavar="F",
+                   help="play every utterance F times faster (resampled: pitch moves too, as training's speed "
+                        "perturbation) before decoding; a diagnosis of speaking-rate mismatch (default: as recorded)")
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
 
 
 def run_decode(args: argparse.Namespace) -> int:
@@ -58,6 +71,8 @@ def run_decode(args: argparse.Namespace) -> int:
 
     rec, cfg = _load(args)
     records = read_manifest(args.manifest)
+    if args.speed is not None:
+        records = [{**r, "speed": args.speed} for r in records]
     stats = decode_manifest(rec, records, args.out, cfg, args.max_frames, args.batch_size, args.num_workers)
     _write_decode_settings(args, cfg, stats)
     print(
@@ -86,6 +101,7 @@ def _write_decode_settings(args: argparse.Namespace, cfg: object, stats: object)
         "manifest": str(Path(args.manifest).resolve()),
         "decode": dataclasses.asdict(cfg),
         "lm": str(Path(args.lm).resolve()) if args.lm else (cfg.lm or None),  # --lm, else the default decode.lm
+        "speed": args.speed or 1.0,
         "batch_size": args.batch_size,
         "device": args.device,
         "decoded": stats.decoded,

@@ -120,8 +120,11 @@ class ASRDataset(Dataset):
     def _rng(self, index: int) -> random.Random:
         return random.Random(f"{self.seed}:{self.epoch}:{index}")
 
-    def speed_factor(self, index: int) -> float:
-        """The speed factor utterance ``index`` gets this epoch (1.0 when perturbation is off)."""
+    def speed_factor(self, index: int, rec: dict[str, Any] | None = None) -> float:
+        """The speed factor utterance ``index`` gets: in training drawn for this epoch (1.0 when perturbation
+        is off); otherwise the record's ``speed`` (``asr decode --speed``), default 1.0."""
+        if not self.train:
+            return float((rec if rec is not None else self.record(index)).get("speed", 1.0))
         if not self.speed_factors:
             return 1.0
         return self._rng(index).choice(self.speed_factors)
@@ -131,7 +134,7 @@ class ASRDataset(Dataset):
 
     def __getitem__(self, index: int) -> dict[str, Any] | None:
         rec = self.record(index)
-        factor = self.speed_factor(index)
+        factor = self.speed_factor(index, rec)
         key = (index, factor)
         hit = self._cache.get(key) if self._cache is not None else None  # (feats, seconds after perturbation)
         if hit is None:
