@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lm", type=Path, help="LM directory: adds the rows of MODEL/decode_lm_<set>/wer.json (decoded "
                     "with it) and its perplexity per set (LM/ppl_<set>.json)")  # fmt: skip
     ap.add_argument("--lm-decode", default="", help="decoding settings with the LM, as text")
+    ap.add_argument("--also", nargs=3, action="append", default=[], metavar=("FOLDER", "LABEL", "DECODING"),
+                    help="more rows: MODEL/FOLDER_<set>/wer.json, labelled '<set> LABEL' (--loso: a column), "
+                    "decoded as DECODING (text); repeatable")  # fmt: skip
     ap.add_argument("--title", default="Results")
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--loso", action="store_true", help="one row per held-out speaker (--exp-prefix, --speakers)")
@@ -82,9 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.exp and args.model and args.sets):
         ap.error("--exp, --model and --sets are required (or --loso)")
 
+    variants = [("decode", "")] + [(folder, f" {label}") for folder, label, _ in args.also]
+    if args.lm:
+        variants.append(("decode_lm", " + LM"))
     rows, lm_lines = [], []
     for name in args.sets:
-        for folder, label in (("decode", name), ("decode_lm", f"{name} + LM")) if args.lm else (("decode", name),):
+        for folder, label in ((folder, name + suffix) for folder, suffix in variants):
             f = args.model / f"{folder}_{name}" / "wer.json"
             if not f.is_file():
                 print(f"results_table: {f} is missing (run the scoring stage)", file=sys.stderr)
@@ -112,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             *rows,
             "",
             f"- Decoding: {args.decode or 'see the recipe'}",
+            *(f"- Decoding, rows '{label}': {text}" for _, label, text in args.also),
             *lm_lines,
             f"- Training time: {training_time(args.exp)}",
             f"- Training precision: {training_setup(args.exp)}",
@@ -124,38 +131,50 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def loso_table(args: argparse.Namespace) -> int:
-    """Test WER of every held-out speaker, their mean and the worst, with training time and setup."""
-    rows, wers, missing = [], [], []
+    """Test WER of every held-out speaker, their mean and the worst, with training time and setup; one more
+    column (and summary line) per ``--also`` decoding of the same models."""
+    rows, wers, missing = [], {"decode": []}, []
+    also = [(folder, label) for folder, label, _ in args.also]
+    for folder, _ in also:
+        wers[folder] = []
     for spk in args.speakers:
         exp = Path(f"{args.exp_prefix}{spk}")
         res = {}
-        for name in ("test", "dev"):
-            f = exp / args.model_name / f"decode_{name}" / "wer.json"
+        for folder, name in [("decode", "test"), ("decode", "dev")] + [(f, "test") for f, _ in also]:
+            f = exp / args.model_name / f"{folder}_{name}" / "wer.json"
             if f.is_file():
-                res[name] = json.loads(f.read_text())
-        if "test" not in res:
-            missing.append(str(exp / args.model_name / "decode_test" / "wer.json"))
+                res[folder, name] = json.loads(f.read_text())
+            elif name == "test":
+                missing.append(str(f))
+        if any((folder, "test") not in res for folder in wers):
             continue
-        t = res["test"]
+        t = res["decode", "test"]
         lo, hi = t.get("wer_ci95", [float("nan")] * 2)
-        wers.append(t["wer"])
-        dev = f"{res['dev']['wer']:.2f}" if "dev" in res else "-"
-        rows.append(f"| {spk} | **{t['wer']:.2f}** | {lo:.2f}-{hi:.2f} | {t['sub']} / {t['del']} / {t['ins']} | "
+        for folder in wers:
+            wers[folder].append(res[folder, "test"]["wer"])
+        extra = "".join(f" {res[folder, 'test']['wer']:.2f} |" for folder, _ in also)
+        dev = f"{res['decode', 'dev']['wer']:.2f}" if ("decode", "dev") in res else "-"
+        rows.append(f"| {spk} | **{t['wer']:.2f}** | {lo:.2f}-{hi:.2f} | {t['sub']} / {t['del']} / {t['ins']} |{extra} "
                     f"{dev} | {training_time(exp)} |")  # fmt: skip
     if missing:
         print("results_table: missing " + ", ".join(missing), file=sys.stderr)
         return 2
-    summary = f"mean **{sum(wers) / len(wers):.2f}**, worst **{max(wers):.2f}** over {len(wers)} speakers"
+
+    def summary(w: list[float]) -> str:
+        return f"mean **{sum(w) / len(w):.2f}**, worst **{max(w):.2f}** over {len(w)} speakers"
+
     setup = training_setup(Path(f"{args.exp_prefix}{args.speakers[0]}"))
     text = "\n".join(
         [
             f"# {args.title}",
             "",
-            "| held-out speaker | test WER % | 95% CI | sub / del / ins | dev WER % | training |",
-            "|---|---|---|---|---|---|",
+            "| held-out speaker | test WER % | 95% CI | sub / del / ins |"
+            + "".join(f" test WER %, {label} |" for _, label in also) + " dev WER % | training |",
+            "|---|---|---|---|" + "---|" * len(also) + "---|---|",
             *rows,
             "",
-            f"Test WER: {summary}.",
+            f"Test WER: {summary(wers['decode'])}" + (f" ({args.decode})" if args.decode else "") + ".",
+            *(f"Test WER, {label}: {summary(wers[folder])} ({text})." for folder, label, text in args.also),
             "",
             f"- Training precision: {setup}",
             f"- Hardware: {hardware()}",

@@ -48,6 +48,11 @@ for s in $speakers; do
   echo "=== held out: $s"
   bash "$here/run.sh" "${pass[@]}" --test-speakers "$s" --data "data_$s" --exp "${exp}_$s" --stop-stage 7
 done
+also=()  # models with a decoder were also decoded by CTC alone (run.sh): a column beside
+first=($speakers)
+if [[ -f $here/exp/${exp}_${first[0]}/avg$num_avg/decode_ctc_test/wer.json ]]; then
+  also=(--also decode_ctc "CTC only" "CTC prefix beam search: the same models without their decoder")
+fi
 "$PYTHON" "$repo/tools/results_table.py" --loso --exp-prefix "$here/exp/${exp}_" --speakers $speakers --model-name "avg$num_avg" \
-  --title "FSDD, every speaker held out in turn ($exp)" --out "$here/exp/${exp}_loso.md"
+  "${also[@]}" --title "FSDD, every speaker held out in turn ($exp)" --out "$here/exp/${exp}_loso.md"
 cat "$here/exp/${exp}_loso.md"

@@ -17,7 +17,8 @@
 #   3 SentencePiece tokenizer (one piece per digit word)        -> data/tokenizer/
 #   4 training                                                  -> exp/<exp>/ (a model directory)
 #   5 checkpoint averaging                                      -> exp/<exp>/avg<N>/
-#   6 decoding of dev (training speakers' held-out takes) and test (an unseen speaker)
+#   6 decoding of dev (training speakers' held-out takes) and test (an unseen speaker); with a decoder,
+#     also by CTC alone
 #   7 scoring                                                   -> exp/<exp>/RESULTS.md
 #   8 `asr transcribe` of one held-out test utterance
 set -euo pipefail
@@ -88,26 +89,41 @@ run_stage 4 train "$expdir/.done.train" "$expdir/logs" -- \
 run_stage 5 average "$model/.done.average" "$expdir/logs" -- \
   "${ASR[@]}" average --exp "$expdir" --num "$num_avg" --by best --out "$model"
 
-for set in dev test; do
-  run_stage 6 "decode_$set" "$model/decode_$set/.done" "$expdir/logs" -- \
-    "${ASR[@]}" decode --model "$model" --manifest "$data/$set.jsonl" --out "$model/decode_$set/hyp.jsonl" \
-      "${decode_args[@]}"
-done
-
-for set in dev test; do
-  run_stage 7 "score_$set" "$model/decode_$set/.done.score" "$expdir/logs" -- \
-    "${ASR[@]}" score --ref "$data/$set.jsonl" --hyp "$model/decode_$set/hyp.jsonl" \
-      --report "$model/decode_$set/report.txt" --json-out "$model/decode_$set/wer.json"
-done
-if (( stage <= 7 && stop_stage >= 7 )); then
-  overrides=()  # the decoding settings used: the model config's, with this run's flags on top
+# The decoding: the model config's, with this run's --mode/--beam-size/--ctc-weight on top. A model with
+# a decoder is decoded a second time by CTC alone (the same network without its decoder: decode_ctc_<set>),
+# reported beside.
+variants=(decode)
+if (( stage <= 7 && stop_stage >= 6 )); then
+  overrides=()
   for ((i = 0; i < ${#decode_args[@]}; i += 2)); do
     key=${decode_args[i]#--}; overrides+=("decode.${key//-/_}=${decode_args[i + 1]}")
   done
-  decoding=$("$PYTHON" -c 'import sys; from asr.config import load_config; d = load_config(sys.argv[1], sys.argv[2:]).decode
-print(f"{d.mode}, beam {d.beam_size}" + ("" if d.mode.startswith("ctc") else f", CTC weight {d.ctc_weight}"))' \
+  IFS='|' read -r mode beam decoding < <("$PYTHON" -c 'import sys; from asr.config import load_config
+d = load_config(sys.argv[1], sys.argv[2:]).decode
+print(d.mode, d.beam_size, f"{d.mode}, beam {d.beam_size}" + ("" if d.mode.startswith("ctc") else f", CTC weight {d.ctc_weight}"), sep="|")' \
     "$model/config.yaml" "${overrides[@]}")
-  "$PYTHON" "$repo/tools/results_table.py" --exp "$expdir" --model "$model" --sets dev test \
+  [[ $mode == ctc_* ]] || variants+=(decode_ctc)
+fi
+for set in dev test; do
+  for v in "${variants[@]}"; do
+    args=("${decode_args[@]}")
+    [[ $v == decode_ctc ]] && args=(--mode ctc_beam --beam-size "$beam")
+    run_stage 6 "${v}_$set" "$model/${v}_$set/.done" "$expdir/logs" -- \
+      "${ASR[@]}" decode --model "$model" --manifest "$data/$set.jsonl" --out "$model/${v}_$set/hyp.jsonl" "${args[@]}"
+  done
+done
+
+for set in dev test; do
+  for v in "${variants[@]}"; do
+    run_stage 7 "${v/decode/score}_$set" "$model/${v}_$set/.done.score" "$expdir/logs" -- \
+      "${ASR[@]}" score --ref "$data/$set.jsonl" --hyp "$model/${v}_$set/hyp.jsonl" \
+        --report "$model/${v}_$set/report.txt" --json-out "$model/${v}_$set/wer.json"
+  done
+done
+if (( stage <= 7 && stop_stage >= 7 )); then
+  also=()
+  [[ ${#variants[@]} == 2 ]] && also=(--also decode_ctc "CTC only" "ctc_beam, beam $beam: the same model without its decoder")
+  "$PYTHON" "$repo/tools/results_table.py" --exp "$expdir" --model "$model" --sets dev test "${also[@]}" \
     --decode "$decoding, average of the $num_avg best checkpoints" \
     --title "FSDD connected digits, $(basename "$config")" --out "$expdir/RESULTS.md"
   cat "$expdir/RESULTS.md"
