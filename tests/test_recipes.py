@@ -115,8 +115,12 @@ def test_fsdd_recipe_plumbing(tmp_path):
     for n in range(9):
         assert f"stage {n} (" in out, f"stage {n} did not run:\n{out}"
     results = (recipe / "exp" / "transformer" / "RESULTS.md").read_text()
-    assert "| test |" in results
-    assert "ctc_beam, beam 3" in results  # the config's decoding mode with the command line's beam
+    assert "| test |" in results and "| test CTC only |" in results  # the joint search, and CTC alone beside it
+    assert "attention, beam 3, CTC weight 0.7" in results  # the config's decoding with the command line's beam
+    assert "ctc_beam, beam 3: the same model without its decoder" in results
+    for folder, label in (("decode", "test"), ("decode_ctc", "test CTC only")):
+        wer = json.loads((recipe / "exp" / "transformer" / "avg1" / f"{folder}_test" / "wer.json").read_text())
+        assert f"| {label} | **{wer['wer']:.2f}** |" in results
     assert "reference:" in out
 
 
@@ -137,3 +141,4 @@ def test_fsdd_loso_two_speakers_one_table(tmp_path):
         assert (recipe / "exp" / f"transformer_{spk}" / "avg1" / "decode_test" / "wer.json").is_file()
     table = (recipe / "exp" / "transformer_loso.md").read_text()
     assert "| george |" in table and "| lucas |" in table and "over 2 speakers" in table and "worst" in table
+    assert "test WER %, CTC only |" in table and "Test WER, CTC only: mean" in table
