@@ -163,7 +163,10 @@ def loso_table(args: argparse.Namespace) -> int:
     def summary(w: list[float]) -> str:
         return f"mean **{sum(w) / len(w):.2f}**, worst **{max(w):.2f}** over {len(w)} speakers"
 
-    setup = training_setup(Path(f"{args.exp_prefix}{args.speakers[0]}"))
+    setups: dict[str, list[str]] = {}  # each distinct training setup and the speakers trained with it
+    for spk in args.speakers:
+        setups.setdefault(training_setup(Path(f"{args.exp_prefix}{spk}")), []).append(spk)
+    setup = "; ".join(f"{k} ({', '.join(v)})" for k, v in setups.items()) if len(setups) > 1 else next(iter(setups))
     text = "\n".join(
         [
             f"# {args.title}",
