@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         variants.append(("decode_lm", " + LM"))
     rows, lm_lines = [], []
     for name in args.sets:
-        for folder, label in ((folder, name + suffix) for folder, suffix in variants):
+        for folder, suffix in variants:
+            label = name + suffix
             f = args.model / f"{folder}_{name}" / "wer.json"
             if not f.is_file():
                 print(f"results_table: {f} is missing (run the scoring stage)", file=sys.stderr)
@@ -133,14 +134,13 @@ def main(argv: list[str] | None = None) -> int:
 def loso_table(args: argparse.Namespace) -> int:
     """Test WER of every held-out speaker, their mean and the worst, with training time and setup; one more
     column (and summary line) per ``--also`` decoding of the same models."""
-    rows, wers, missing = [], {"decode": []}, []
     also = [(folder, label) for folder, label, _ in args.also]
-    for folder, _ in also:
-        wers[folder] = []
+    wers: dict[str, list[float]] = {folder: [] for folder in ["decode", *(f for f, _ in also)]}  # test WER per decoding
+    rows, missing = [], []
     for spk in args.speakers:
         exp = Path(f"{args.exp_prefix}{spk}")
         res = {}
-        for folder, name in [("decode", "test"), ("decode", "dev")] + [(f, "test") for f, _ in also]:
+        for folder, name in [(folder, "test") for folder in wers] + [("decode", "dev")]:
             f = exp / args.model_name / f"{folder}_{name}" / "wer.json"
             if f.is_file():
                 res[folder, name] = json.loads(f.read_text())

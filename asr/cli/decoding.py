@@ -57,12 +57,11 @@ def add_decode(sub: argparse._SubParsersAction) -> None:
 
 def _positive(text: str) -> float:
     try:
-        value = float(text)
+        if float(text) > 0:
+            return float(text)
     except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+        pass
+    raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
 
 
 def run_decode(args: argparse.Namespace) -> int:
