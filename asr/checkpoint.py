@@ -27,6 +27,7 @@ __all__ = [
     "atomic_save",
     "check_state_fits",
     "check_same_model",
+    "init_files",
     "update_best",
     "SHAPE_KEYS",
     "safe_load",
@@ -104,6 +105,24 @@ def check_state_fits(saved: dict[str, torch.Tensor], model: torch.nn.Module, pat
     extra = sorted(set(saved) - set(own))
     if extra:
         raise ValueError(f"{path}: tensor {extra[0]!r} is not in the model the config describes")
+
+
+def init_files(init: str | os.PathLike) -> tuple[Path, Path | None]:
+    """``train.init`` resolved: (the weights, the CMVN statistics that go with them or None).
+
+    A model directory gives its model.pt and cmvn.json; a checkpoint file gives itself and the cmvn.json
+    of its experiment (beside it, or one folder up from checkpoints/)."""
+    p = Path(init)
+    if p.is_dir():
+        weights = p / MODEL_FILE
+        if not weights.is_file():
+            raise FileNotFoundError(f"train.init: {p} is not a model directory ({MODEL_FILE} is missing)")
+        near = [p / CMVN_FILE]
+    elif p.is_file():
+        weights, near = p, [p.parent / CMVN_FILE, p.parent.parent / CMVN_FILE]
+    else:
+        raise FileNotFoundError(f"train.init: {p}: no such model directory or checkpoint")
+    return weights, next((c for c in near if c.is_file()), None)
 
 
 def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu") -> Recognizer:

@@ -215,6 +215,9 @@ class TrainConfig:
     best_metric: str = "dev_loss"  # "dev_loss", "dev_acc" or "dev_wer"
     max_bad_steps: int = 5  # consecutive non-finite losses before the run aborts
     dev_wer: bool = True  # greedy WER on the dev set at each epoch end
+    init: str = ""  # start from these weights (a model directory or a checkpoint .pt) instead of random ones:
+    # fine-tuning. Only a fresh run reads it (a resumed one continues its own checkpoint); its CMVN comes too
+    # unless data.cmvn says otherwise
 
     def validate(self, prefix: str = "train") -> None:
         _check(self.optimizer in ("adam", "adamw"), prefix, "optimizer", "'adam' or 'adamw'", self.optimizer)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import CMVN_FILE, CONFIG_FILE, check_same_model, save_model_dir
+from .checkpoint import CMVN_FILE, CONFIG_FILE, check_same_model, init_files, save_model_dir
 from .config import Config, ConfigError, save_config
 from .data.dataset import collate
 from .data.pipeline import build_data, compute_cmvn, dummy_batch, make_loader, make_sampler
@@ -90,7 +90,11 @@ class ASRTask:
             shutil.copyfile(tok, exp / TOKENIZER_FILE)
         if not (exp / CMVN_FILE).is_file():
             cfg = self.cfg
-            stats = CMVNStats.load(cfg.data.cmvn) if cfg.data.cmvn else compute_cmvn(self.train_records, cfg)
+            init_cmvn = init_files(cfg.train.init)[1] if cfg.train.init else None  # fine-tuning keeps its CMVN
+            if cfg.data.cmvn or init_cmvn:
+                stats = CMVNStats.load(cfg.data.cmvn or init_cmvn)
+            else:
+                stats = compute_cmvn(self.train_records, cfg)
             stats.save(exp / CMVN_FILE)
 
     def load_files(self, exp: Path, model) -> None:

@@ -45,8 +45,10 @@ from .checkpoint import (
     atomic_save,
     check_state_fits,
     checkpoint_path,
+    init_files,
     load_latest_checkpoint,
     prune_checkpoints,
+    safe_load,
     update_best,
 )
 from .config import Config
@@ -123,6 +125,14 @@ class Trainer:
         # --- model, data, the run's files (config, tokenizer, CMVN for ASR)
         torch.manual_seed(tcfg.seed)  # the same initial weights on every rank
         self.raw_model = model = task.build_model(exp, env.device)
+        if ck is None and tcfg.init:
+            path = init_files(tcfg.init)[0]
+            state = safe_load(path)
+            state = state["model"] if isinstance(state.get("model"), dict) else state  # a training checkpoint
+            check_state_fits(state, model, path)
+            model.load_state_dict(state)
+            if env.is_main:
+                log.info("initialised from %s (train.init)", path)
         rank_seed = tcfg.seed * 1_000_003 + 1 + env.rank  # then a stream per rank (dropout differs across ranks)
         torch.manual_seed(rank_seed)
         random.seed(rank_seed)

@@ -403,3 +403,26 @@ def test_resume_names_the_first_tensor_that_does_not_fit(tmp_path):
     _check_same_shapes(model.state_dict(), model, tmp_path / "epoch_1.pt")
     with pytest.raises(ValueError, match="has no tensor 'ctc.bias'"):
         _check_same_shapes({k: v for k, v in model.state_dict().items() if k != "ctc.bias"}, model, tmp_path)
+
+
+def test_train_init_fine_tunes_from_a_model_directory(corpus, tmp_path):
+    """train.init starts a fresh run from a model directory's weights and CMVN (fine-tuning); a model
+    that does not fit the config, or a path that is not there, is an error naming it."""
+    base = tmp_path / "base"
+    train(load_config(write_config(tmp_path / "a.yaml", corpus, "short4", train={"epochs": 1})), base)
+    # Fine-tune on other utterances at a negligible learning rate: the weights stay the base model's
+    # (a random start would not), and so does its CMVN (these utterances would give other statistics).
+    cfg_path = write_config(tmp_path / "b.yaml", corpus, "short8", train={"epochs": 1, "lr": 1e-12, "init": str(base)})
+    tuned = tmp_path / "tuned"
+    train(load_config(cfg_path), tuned)
+    start, end = weights(base), weights(tuned)
+    assert all(torch.allclose(start[k], v, atol=1e-6) for k, v in end.items())
+    assert (tuned / "cmvn.json").read_text() == (base / "cmvn.json").read_text()
+    fresh = tmp_path / "fresh"
+    train(load_config(cfg_path, ['train.init=""']), fresh)
+    assert not all(torch.allclose(start[k], v, atol=1e-6) for k, v in weights(fresh).items())
+    assert (fresh / "cmvn.json").read_text() != (base / "cmvn.json").read_text()
+    with pytest.raises(ValueError, match=r"model.pt: tensor .* has shape"):
+        train(load_config(cfg_path, ["model.d_model=128"]), tmp_path / "other")
+    with pytest.raises(FileNotFoundError, match="train.init: .*nowhere: no such model directory or checkpoint"):
+        train(load_config(cfg_path, [f"train.init={tmp_path / 'nowhere'}"]), tmp_path / "none")
