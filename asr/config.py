@@ -249,6 +249,8 @@ class DecodeConfig:
     precision: str = "fp32"  # "fp32", "auto", "bf16", "fp16": as train.precision (auto: bf16 only where native)
     lm: str = ""  # LM directory fused by default (asr decode/transcribe --lm override it); relative: to the model dir
     lm_weight: float = 0.0  # shallow fusion: + lm_weight * log p_lm per token; 0: no LM
+    speed: float = 1.0  # play the audio this many times faster before the features (resampled, pitch too, as
+    # training's speed perturbation); 1.0: as recorded
 
     ALIASES = {"length_penalty": "length_bonus"}  # old key -> new key: still read, with a warning
 
@@ -263,6 +265,7 @@ class DecodeConfig:
         modes = ("attention", "ctc_greedy", "ctc_beam", "rescore")
         _check(self.mode in modes, prefix, "mode", " or ".join(map(repr, modes)), self.mode)
         _check(self.beam_size >= 1, prefix, "beam_size", "a positive integer", self.beam_size)
+        _check(self.speed > 0, prefix, "speed", "a positive number", self.speed)
         _check(0.0 <= self.ctc_weight <= 1.0, prefix, "ctc_weight", "a value in [0, 1]", self.ctc_weight)
         _check(self.max_len_ratio > 0, prefix, "max_len_ratio", "a positive number", self.max_len_ratio)
         _check(self.max_frames > 0, prefix, "max_frames", "a positive integer", self.max_frames)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .audio import audio_duration, load_audio, resample
+from .audio import audio_duration, load_audio, resample, speed_perturb
 from .config import DecodeConfig
 from .recognizer import Recognizer
 
@@ -138,7 +138,8 @@ class Transcriber:
 
         out = [("", 0.0)] * len(wavs)
         ok = [i for i, w in enumerate(wavs) if w.numel() >= int(MIN_SAMPLES_S * self.sample_rate)]
-        feats = self.rec.features([wavs[i] for i in ok]) if ok else []
+        speed = self.decode.speed  # decode.speed: played faster (or slower) before the features
+        feats = self.rec.features([speed_perturb(wavs[i], self.sample_rate, speed) for i in ok]) if ok else []
         items = [
             {"id": str(i), "feats": f, "tokens": _NO_TOKENS, "duration": wavs[i].numel() / self.sample_rate}
             for i, f in zip(ok, feats, strict=True)

@@ -14,7 +14,7 @@ from helpers_decode import librispeech_records, make_model_dir
 import asr
 from asr.audio import fbank_batch, load_audio
 from asr.cli import main
-from asr.config import DecodeConfig
+from asr.config import ConfigError, DecodeConfig
 from asr.decode import recognize
 from asr.transcribe import Transcriber, find_cut, to_srt, to_vtt
 
@@ -225,11 +225,18 @@ def test_cli_decode_at_a_speed(model_dir, recognizer, data_root, tmp_path, capsy
     for speed in ("1.25", None):
         assert main(args + (["--speed", speed] if speed else [])) == 0
         texts[speed] = json.loads(hyp.read_text())["text"]
-        assert json.loads(hyp.with_suffix(".settings.json").read_text())["speed"] == float(speed or 1.0)
+        assert json.loads(hyp.with_suffix(".settings.json").read_text())["decode"]["speed"] == float(speed or 1.0)
     with torch.inference_mode():
         mem, lens = recognizer.model.encode(want[None], torch.tensor([want.shape[0]]))
         ids = recognizer.model.ctc_log_probs(mem)[0].argmax(-1).unique_consecutive()
     assert texts["1.25"] == recognizer.text([i for i in ids.tolist() if i != 0])
+    # decode.speed is the model's setting: asr transcribe plays the file at it too (and --speed overrides it)
+    from asr.transcribe import Transcriber
+
+    fast = recognizer.config.decode.updated(mode="ctc_greedy", speed=1.25)
+    assert Transcriber(recognizer, fast).transcribe_file(rec["audio"]).text == texts["1.25"]
+    with pytest.raises(ConfigError, match="decode.speed: expected a positive number"):
+        recognizer.config.decode.updated(speed=0.0)
     with pytest.raises(SystemExit):
         main([*args, "--speed", "0"])
     assert "expected a positive number" in capsys.readouterr().err

@@ -8,7 +8,7 @@ import sys
 
 def _decode_settings(args: argparse.Namespace, base):
     """The model's decode section with the command-line overrides applied."""
-    keys = ("mode", "beam_size", "ctc_weight", "length_bonus", "max_frames", "precision", "lm_weight")
+    keys = ("mode", "beam_size", "ctc_weight", "length_bonus", "max_frames", "precision", "lm_weight", "speed")
     return base.updated(**{k: getattr(args, k, None) for k in keys})
 
 
@@ -40,6 +40,9 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lm", help="LM directory (asr lm train) fused by shallow fusion (default: the model config's "
                                 "decode.lm)")  # fmt: skip
     p.add_argument("--lm-weight", type=float, help="weight of log p_lm per token (default: decode.lm_weight; 0: no LM)")
+    p.add_argument("--speed", type=_positive, default=None, metavar="F",
+                   help="play the audio F times faster (resampled: pitch moves too, as training's speed perturbation) "
+                        "before decoding (default: the model config's decode.speed, 1.0: as recorded)")
 
 
 def add_decode(sub: argparse._SubParsersAction) -> None:
@@ -50,9 +53,6 @@ def add_decode(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-frames", type=int, help="fbank frames per batch, padding included (default: model config)")
     p.add_argument("--batch-size", type=int, default=64, help="at most this many utterances per batch")
     p.add_argument("--num-workers", type=int, default=2, help="feature extraction processes")
-    p.add_argument("--speed", type=_positive, default=None, metavar="F",
-                   help="play every utterance F times faster (resampled: pitch moves too, as training's speed "
-                        "perturbation) before decoding; a diagnosis of speaking-rate mismatch (default: as recorded)")
 
 
 def _positive(text: str) -> float:
@@ -70,8 +70,8 @@ def run_decode(args: argparse.Namespace) -> int:
 
     rec, cfg = _load(args)
     records = read_manifest(args.manifest)
-    if args.speed is not None:
-        records = [{**r, "speed": args.speed} for r in records]
+    if cfg.speed != 1.0:
+        records = [{**r, "speed": cfg.speed} for r in records]
     stats = decode_manifest(rec, records, args.out, cfg, args.max_frames, args.batch_size, args.num_workers)
     _write_decode_settings(args, cfg, stats)
     print(
@@ -100,7 +100,6 @@ def _write_decode_settings(args: argparse.Namespace, cfg: object, stats: object)
         "manifest": str(Path(args.manifest).resolve()),
         "decode": dataclasses.asdict(cfg),
         "lm": str(Path(args.lm).resolve()) if args.lm else (cfg.lm or None),  # --lm, else the default decode.lm
-        "speed": args.speed or 1.0,
         "batch_size": args.batch_size,
         "device": args.device,
         "decoded": stats.decoded,
