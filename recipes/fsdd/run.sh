@@ -2,7 +2,7 @@
 # Connected digits on real speech (Free Spoken Digit Dataset), trained on CPU in minutes.
 #
 #   bash recipes/fsdd/run.sh [--corpus-dir DIR] [--download] [--stage N] [--stop-stage M] [--force]
-#       [--set KEY=VALUE ...] [--test-speakers "S ..."] [--mode M] [--beam-size N] [--ctc-weight W]
+#       [--set KEY=VALUE ...] [--test-speakers "S ..."] [--mode M] [--beam-size N] [--ctc-weight W] [--speed F]
 #       [--exp NAME] [--config YAML] [--num-train N] [--num-dev N] [--num-test N] [--trim-prob P] [--data DIR]
 #
 # The recordings: by default the 2,500 bundled with the repository (corpus/fsdd, no network needed);
@@ -34,7 +34,7 @@ test_speakers=""      # default: the last speaker in sorted order (yweweler in c
 seed=0
 vocab_size=29         # <blank> <unk> <sos/eos>, the 10 digit words, and the letters
 num_avg=5
-decode_args=()       # --mode/--beam-size/--ctc-weight: default the config's decode section (joint CTC/attention, beam 8)
+decode_args=()       # --mode/--beam-size/--ctc-weight/--speed: default the config's decode section
 prepare_args=()       # --num-train/--num-dev/--num-test (utterances per split), --trim-prob: to `asr prepare fsdd`
 train_sets=()
 data=data             # prepared data (relative to this folder): one per choice of test speakers
@@ -50,7 +50,7 @@ while (( $# )); do
     --seed) seed=$2; shift 2 ;;
     --vocab-size) vocab_size=$2; shift 2 ;;
     --num-avg) num_avg=$2; shift 2 ;;
-    --mode|--beam-size|--ctc-weight) decode_args+=("$1" "$2"); shift 2 ;;
+    --mode|--beam-size|--ctc-weight|--speed) decode_args+=("$1" "$2"); shift 2 ;;
     --num-train|--num-dev|--num-test|--trim-prob) prepare_args+=("$1" "$2"); shift 2 ;;
     --set) train_sets+=(--set "$2"); shift 2 ;;
     *) echo "unknown option $1 (see the header of $0)" >&2; exit 2 ;;
@@ -98,16 +98,18 @@ if (( stage <= 7 && stop_stage >= 6 )); then
   for ((i = 0; i < ${#decode_args[@]}; i += 2)); do
     key=${decode_args[i]#--}; overrides+=("decode.${key//-/_}=${decode_args[i + 1]}")
   done
-  IFS='|' read -r mode beam decoding < <("$PYTHON" -c 'import sys; from asr.config import load_config
+  IFS='|' read -r mode beam decoding played < <("$PYTHON" -c 'import sys; from asr.config import load_config
 d = load_config(sys.argv[1], sys.argv[2:]).decode
-print(d.mode, d.beam_size, f"{d.mode}, beam {d.beam_size}" + ("" if d.mode.startswith("ctc") else f", CTC weight {d.ctc_weight}"), sep="|")' \
+played = "" if d.speed == 1 else f", audio played {d.speed:g}x as fast (decode.speed)"
+print(d.mode, d.beam_size, f"{d.mode}, beam {d.beam_size}" + ("" if d.mode.startswith("ctc") else f", CTC weight {d.ctc_weight}")
+      + played, played, sep="|")' \
     "$model/config.yaml" "${overrides[@]}")
   [[ $mode == ctc_* ]] || variants+=(decode_ctc)
 fi
 for set in dev test; do
   for v in "${variants[@]}"; do
     args=("${decode_args[@]}")
-    [[ $v == decode_ctc ]] && args=(--mode ctc_beam --beam-size "$beam")
+    [[ $v == decode_ctc ]] && args+=(--mode ctc_beam --beam-size "$beam")  # the last of a repeated option counts
     run_stage 6 "${v}_$set" "$model/${v}_$set/.done" "$expdir/logs" -- \
       "${ASR[@]}" decode --model "$model" --manifest "$data/$set.jsonl" --out "$model/${v}_$set/hyp.jsonl" "${args[@]}"
   done
@@ -122,7 +124,7 @@ for set in dev test; do
 done
 if (( stage <= 7 && stop_stage >= 7 )); then
   also=()
-  [[ ${#variants[@]} == 2 ]] && also=(--also decode_ctc "CTC only" "ctc_beam, beam $beam: the same model without its decoder")
+  [[ ${#variants[@]} == 2 ]] && also=(--also decode_ctc "CTC only" "ctc_beam, beam $beam$played: the same model without its decoder")
   "$PYTHON" "$repo/tools/results_table.py" --exp "$expdir" --model "$model" --sets dev test "${also[@]}" \
     --decode "$decoding, average of the $num_avg best checkpoints" \
     --title "FSDD connected digits, $(basename "$config")" --out "$expdir/RESULTS.md"
