@@ -28,6 +28,7 @@ __all__ = [
     "check_state_fits",
     "check_same_model",
     "init_files",
+    "load_weights",
     "update_best",
     "SHAPE_KEYS",
     "safe_load",
@@ -125,6 +126,15 @@ def init_files(init: str | os.PathLike) -> tuple[Path, Path | None]:
     return weights, next((c for c in near if c.is_file()), None)
 
 
+def load_weights(model: torch.nn.Module, path: str | os.PathLike) -> None:
+    """Load a model.pt (or a training checkpoint's model) into ``model``; a misfit names the first tensor."""
+    state = safe_load(path)
+    if "model" in state and isinstance(state["model"], dict):  # a training checkpoint
+        state = state["model"]
+    check_state_fits(state, model, path)
+    model.load_state_dict(state)
+
+
 def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu") -> Recognizer:
     """The :class:`Recognizer` of a model directory: the model (weights loaded, eval mode, on
     ``device``), its full :class:`Config` and its tokenizer (None without tokenizer.model)."""
@@ -138,11 +148,7 @@ def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu")
             raise FileNotFoundError(f"{d}: not a model directory ({name} is missing)")
     cfg = load_config(d / CONFIG_FILE)
     model = ASRModel(cfg.model)
-    state = safe_load(d / MODEL_FILE)
-    if "model" in state and isinstance(state["model"], dict):  # a training checkpoint
-        state = state["model"]
-    check_state_fits(state, model, d / MODEL_FILE)
-    model.load_state_dict(state)
+    load_weights(model, d / MODEL_FILE)
     tokenizer = Tokenizer.load(d / TOKENIZER_FILE) if (d / TOKENIZER_FILE).is_file() else None
     rec = Recognizer(model.to(device).eval(), cfg, tokenizer)
     return rec.use_lm(cfg.decode.lm, base=d) if cfg.decode.lm else rec  # the directory's default LM

@@ -47,8 +47,8 @@ from .checkpoint import (
     checkpoint_path,
     init_files,
     load_latest_checkpoint,
+    load_weights,
     prune_checkpoints,
-    safe_load,
     update_best,
 )
 from .config import Config
@@ -127,10 +127,7 @@ class Trainer:
         self.raw_model = model = task.build_model(exp, env.device)
         if ck is None and tcfg.init:
             path = init_files(tcfg.init)[0]
-            state = safe_load(path)
-            state = state["model"] if isinstance(state.get("model"), dict) else state  # a training checkpoint
-            check_state_fits(state, model, path)
-            model.load_state_dict(state)
+            load_weights(model, path)
             if env.is_main:
                 log.info("initialised from %s (train.init)", path)
         rank_seed = tcfg.seed * 1_000_003 + 1 + env.rank  # then a stream per rank (dropout differs across ranks)
