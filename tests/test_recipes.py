@@ -137,9 +137,10 @@ def test_fsdd_loso_two_speakers_one_table(tmp_path):
         "--num-avg", "1", "--beam-size", "2",
     )  # fmt: skip
     for spk in ("george", "lucas"):
-        test = [json.loads(line) for line in (recipe / f"data_{spk}" / "test.jsonl").read_text().splitlines()]
+        data = recipe / f"data_transformer_{spk}"
+        test = [json.loads(line) for line in (data / "test.jsonl").read_text().splitlines()]
         assert test and {r["speaker"] for r in test} == {spk}  # held out: the only test speaker...
-        train = (recipe / f"data_{spk}" / "train.jsonl").read_text()
+        train = (data / "train.jsonl").read_text()
         assert f'"speaker": "{spk}"' not in train  # ...and never trained on
         assert (recipe / "exp" / f"transformer_{spk}" / "avg1" / "decode_test" / "wer.json").is_file()
     table = (recipe / "exp" / "transformer_loso.md").read_text()

@@ -3,8 +3,9 @@
 #
 #   bash recipes/fsdd/loso.sh [--speakers "george jackson ..."] [--exp NAME] [run.sh options ...]
 #
-# For each speaker S: `run.sh --test-speakers S --data data_S --exp NAME_S` (stages 1-7; the data and
-# the experiment of each speaker are kept apart, and finished stages are skipped on a rerun), then
+# For each speaker S: `run.sh --test-speakers S --data data_NAME_S --exp NAME_S` (stages 1-7; the data
+# and the experiment of each speaker and of each NAME are kept apart, since --seed and the prepare
+# options change the data, and finished stages are skipped on a rerun), then
 # exp/NAME_loso.md: the test WER of every speaker, their mean and the worst. Any other option
 # (--corpus-dir, --download, --config, --seed, --set KEY=VALUE, --stage, ...) goes to every run.sh;
 # the corpus is the one run.sh uses (the bundled corpus/fsdd unless --corpus-dir or --download).
@@ -46,7 +47,7 @@ fi
 echo "loso: speakers $speakers"
 for s in $speakers; do
   echo "=== held out: $s"
-  bash "$here/run.sh" "${pass[@]}" --test-speakers "$s" --data "data_$s" --exp "${exp}_$s" --stop-stage 7
+  bash "$here/run.sh" "${pass[@]}" --test-speakers "$s" --data "data_${exp}_$s" --exp "${exp}_$s" --stop-stage 7
 done
 also=()  # models with a decoder were also decoded by CTC alone (run.sh): a column beside
 first=($speakers)
