@@ -100,6 +100,13 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
                     help="share of training takes whose weak edges are cut, as FSDD's trimming does (0 disables)")
     fs.add_argument("--trim-db", type=float, nargs=2, default=(-25.0, -10.0), metavar=("LOW", "HIGH"),
                     help="the cut's threshold below the take's loudest 10 ms, drawn per take")
+    fs.add_argument("--tts-dir", default=None,
+                    help="synthetic speakers' takes ({digit}_tts{NNN}_{take}.flac) for training; with --tts-voices "
+                         "they are synthesised there first (espeak-ng; reused when done for the same options)")
+    fs.add_argument("--tts-voices", type=int, default=0, help="synthetic speakers to synthesise into --tts-dir")
+    fs.add_argument("--tts-takes", type=int, default=10, help="takes of each digit per synthetic speaker")
+    fs.add_argument("--tts-share", type=float, default=0.0,
+                    help="share of the training utterances spoken by a synthetic speaker (needs --tts-dir)")
 
 
 def run_prepare(args: argparse.Namespace) -> int:
@@ -126,15 +133,23 @@ def run_prepare(args: argparse.Namespace) -> int:
                   f"{len(r.audio_without_text)} without text, {len(r.unreadable)} unreadable")
         else:
             from ..data.fsdd import FsddOptions, download_fsdd, prepare_fsdd
+            from ..data.librispeech import PrepareError
 
             if args.download:
                 download_fsdd(args.corpus_dir)
             opts = FsddOptions(seed=args.seed, num_train=args.num_train, num_dev=args.num_dev,
                                num_test=args.num_test, train_gain_db=tuple(args.train_gain_db),
                                take_gain_db=args.take_gain_db, trim_prob=args.trim_prob,
-                               trim_db=tuple(args.trim_db))
+                               trim_db=tuple(args.trim_db), tts_share=args.tts_share)
+            opts.validate()
+            if args.tts_voices > 0:
+                from ..data.fsdd_tts import TtsOptions, synthesize_voices
+
+                if not args.tts_dir:
+                    raise PrepareError("--tts-voices: name the folder to synthesise them into (--tts-dir)")
+                synthesize_voices(args.tts_dir, TtsOptions(voices=args.tts_voices, takes=args.tts_takes))
             counts = prepare_fsdd(args.corpus_dir, args.out, dev_speakers=args.dev_speakers,
-                                  test_speakers=args.test_speakers, options=opts)
+                                  test_speakers=args.test_speakers, options=opts, tts_dir=args.tts_dir)
             for name, n in counts.items():
                 print(f"{args.out}/{name}.jsonl: {n} utterances")
     except DownloadError as e:

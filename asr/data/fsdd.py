@@ -67,6 +67,7 @@ class FsddOptions:
     train_takes: tuple[int, int] = (5, 49)  # inclusive; the other takes of train speakers go to dev
     trim_prob: float = 0.5  # share of training takes whose weak edges are cut (0 disables), see _trim_weak_edges
     trim_db: tuple[float, float] = (-25.0, -10.0)  # the cut's threshold below the take's loudest 10 ms, drawn per take
+    tts_share: float = 0.0  # share of training utterances spoken by a synthetic voice (prepare_fsdd's tts_dir)
 
     def validate(self) -> None:
         if not 1 <= self.min_digits <= self.max_digits:
@@ -75,6 +76,8 @@ class FsddOptions:
             raise ValueError("gap and edge lengths: need 0 <= min <= max")
         if not 0.0 <= self.trim_prob <= 1.0:
             raise ValueError(f"trim_prob: expected a share in [0, 1], got {self.trim_prob}")
+        if not 0.0 <= self.tts_share < 1.0:
+            raise ValueError(f"tts_share: expected a share in [0, 1), got {self.tts_share}")
         if not self.trim_db[0] <= self.trim_db[1] <= 0.0:
             raise ValueError(f"trim_db: expected LOW <= HIGH <= 0 (dB below the loudest frame), got {self.trim_db}")
         for k in ("num_train", "num_dev", "num_test"):
@@ -174,19 +177,25 @@ def _trim_weak_edges(x: np.ndarray, rel_db: float, frame: int = SOURCE_RATE // 1
 
 def _build(
     split: str, n: int, pool: dict[str, list[tuple[int, Path]]], opts: FsddOptions, augment: bool,
-    out_dir: Path, clips: _Clips, progress: bool,
+    out_dir: Path, clips: _Clips, progress: bool, synthetic: dict[str, list[tuple[int, Path]]] | None = None,
 ) -> list[dict]:
-    """Render ``n`` connected-digit utterances from ``pool`` (speaker -> [(digit, path)]) into ``out_dir``."""
+    """Render ``n`` connected-digit utterances from ``pool`` (speaker -> [(digit, path)]) into ``out_dir``;
+    a share ``opts.tts_share`` of them from the ``synthetic`` speakers' takes instead."""
     rng = random.Random(f"fsdd-{opts.seed}-{split}")  # string seeds are stable across runs and platforms
     trim_rng = random.Random(f"fsdd-{opts.seed}-{split}-trim")  # its own stream: the rest stays as it was
+    tts_rng = random.Random(f"fsdd-{opts.seed}-{split}-tts")
+    synthetic = synthetic or {}
     speakers = sorted(s for s, takes in pool.items() if takes)
-    by_digit = {s: defaultdict(list) for s in speakers}
-    for s in speakers:
-        for digit, path in pool[s]:
+    voices = sorted(s for s, takes in synthetic.items() if takes)
+    by_digit = {s: defaultdict(list) for s in speakers + voices}
+    for s in speakers + voices:
+        for digit, path in (pool.get(s) or synthetic[s]):
             by_digit[s][digit].append(path)
     records = []
     for i in tqdm(range(n), desc=f"fsdd {split}", unit="utt", disable=not progress):
         spk = rng.choice(speakers)
+        if voices and tts_rng.random() < opts.tts_share:
+            spk = tts_rng.choice(voices)
         digits_here = sorted(by_digit[spk])
         k = rng.randint(opts.min_digits, opts.max_digits)
         digits = [rng.choice(digits_here) for _ in range(k)]
@@ -238,18 +247,31 @@ def prepare_fsdd(
     test_speakers: Sequence[str] | None = None,
     options: FsddOptions | None = None,
     progress: bool = True,
+    tts_dir: str | os.PathLike | None = None,
 ) -> dict[str, int]:
     """Write isolated-digit manifests (``digits_{train,dev,test}.jsonl``) and connected-digit
     utterances (``wav/<split>/*.wav`` + ``{train,dev,test}.jsonl``) under ``out_dir``.
 
     Returns the number of utterances in each manifest. ``test_speakers`` defaults to the last
     speaker in sorted order; ``dev_speakers`` to none (dev is then the train speakers' takes 0-4).
+    ``tts_dir``: synthetic speakers' takes (``asr.data.fsdd_tts``), all of them for training only,
+    speaking a share ``options.tts_share`` of the training utterances.
     """
     opts = options or FsddOptions()
     opts.validate()
     rec_dir = find_recordings(corpus_dir)
     by_speaker = _scan(rec_dir)
     speakers = sorted(by_speaker)
+    synthetic: dict[str, list[tuple[int, Path]]] = {}
+    if (tts_dir is None) != (opts.tts_share == 0):
+        raise PrepareError("synthetic voices need both a folder of them (tts_dir, --tts-dir) and a share of the "
+                           f"training utterances > 0 (tts_share, --tts-share; got {opts.tts_share})")
+    if tts_dir is not None:
+        voices = _scan(find_recordings(tts_dir))
+        clash = sorted(set(voices) & set(speakers))
+        if clash:
+            raise PrepareError(f"{tts_dir}: synthetic speaker(s) {clash} have the names of recorded ones")
+        synthetic = {s: [(d, p) for d, _take, p in takes] for s, takes in voices.items()}
     train_spk, dev_spk, test_spk = _split_speakers(speakers, dev_speakers, test_speakers)
     lo, hi = opts.train_takes
     splits: dict[str, list[tuple[str, int, int, Path]]] = {"train": [], "dev": [], "test": []}
@@ -263,6 +285,9 @@ def prepare_fsdd(
                 splits["train"].append((s, digit, take, path))
     log.info("FSDD speakers: train %s, dev %s (+ takes outside %d-%d of train speakers), test %s",
              train_spk, dev_spk, lo, hi, test_spk)
+    if synthetic:
+        log.info("plus %d synthetic training speakers (%s), speaking %.0f%% of the training utterances",
+                 len(synthetic), tts_dir, 100 * opts.tts_share)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     counts: dict[str, int] = {}
@@ -279,7 +304,8 @@ def prepare_fsdd(
         tmp = out / "wav" / f".{split}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        records = _build(split, n, pool, opts, split == "train", tmp, clips, progress)
+        records = _build(split, n, pool, opts, split == "train", tmp, clips, progress,
+                         synthetic if split == "train" else None)  # fmt: skip
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         for r in records:

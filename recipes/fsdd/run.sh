@@ -4,15 +4,19 @@
 #   bash recipes/fsdd/run.sh [--corpus-dir DIR] [--download] [--stage N] [--stop-stage M] [--force]
 #       [--set KEY=VALUE ...] [--test-speakers "S ..."] [--mode M] [--beam-size N] [--ctc-weight W] [--speed F]
 #       [--exp NAME] [--config YAML] [--num-train N] [--num-dev N] [--num-test N] [--trim-prob P] [--data DIR]
+#       [--tts-voices N] [--tts-share P]
 #
 # The recordings: by default the 2,500 bundled with the repository (corpus/fsdd, no network needed);
 # --corpus-dir DIR: a folder of your own FSDD recordings (DIR/recordings/ or DIR itself);
 # --download: FSDD's pinned upstream commit, fetched into downloads/fsdd (or --corpus-dir DIR) and
 # checked recording by recording (SHA-256) before anything is extracted.
+# Synthetic speakers: --tts-voices N espeak-ng voices (synthesised once into data_tts_voices/, shared
+# by every run; 0: none) speak a share --tts-share P of the training utterances (asr.data.fsdd_tts).
 #
 # Stages (each one `asr` command, each skipped when already done):
 #   0 the corpus: check its SHA256SUMS (named errors), or download it with --download
 #   1 connected-digit utterances with speaker-disjoint splits  -> data/{train,dev,test}.jsonl
+#     (first, once: the synthetic speakers' takes                 -> data_tts_voices/)
 #   2 global CMVN statistics                                   -> data/cmvn.json
 #   3 SentencePiece tokenizer (one piece per digit word)        -> data/tokenizer/
 #   4 training                                                  -> exp/<exp>/ (a model directory)
@@ -37,6 +41,8 @@ num_avg=5
 decode_args=()       # --mode/--beam-size/--ctc-weight/--speed: default the config's decode section
 prepare_args=()       # --num-train/--num-dev/--num-test (utterances per split), --trim-prob: to `asr prepare fsdd`
 train_sets=()
+tts_voices=0          # synthetic training speakers (espeak-ng), 0: none
+tts_share=0.4         # share of the training utterances they speak
 data=data             # prepared data (relative to this folder): one per choice of test speakers
 while (( $# )); do
   if parse_common_flag "$@"; then shift "$shift_by"; continue; fi
@@ -52,6 +58,8 @@ while (( $# )); do
     --num-avg) num_avg=$2; shift 2 ;;
     --mode|--beam-size|--ctc-weight|--speed) decode_args+=("$1" "$2"); shift 2 ;;
     --num-train|--num-dev|--num-test|--trim-prob) prepare_args+=("$1" "$2"); shift 2 ;;
+    --tts-voices) tts_voices=$2; shift 2 ;;
+    --tts-share) tts_share=$2; shift 2 ;;
     --set) train_sets+=(--set "$2"); shift 2 ;;
     *) echo "unknown option $1 (see the header of $0)" >&2; exit 2 ;;
   esac
@@ -71,6 +79,7 @@ run_stage 0 corpus "$data/.done.corpus" "$data/logs" -- \
 
 speaker_args=()
 [[ -n $test_speakers ]] && speaker_args=(--test-speakers $test_speakers)
+(( tts_voices > 0 )) && prepare_args+=(--tts-dir "$here/data_tts_voices" --tts-voices "$tts_voices" --tts-share "$tts_share")
 run_stage 1 prepare "$data/.done.prepare" "$data/logs" -- \
   "${ASR[@]}" prepare fsdd --corpus-dir "$corpus_dir" --out "$data" --seed "$seed" "${speaker_args[@]}" "${prepare_args[@]}"
 
