@@ -9,7 +9,9 @@ edges cut, so ``asr prepare fsdd --tts-dir`` reads them as it reads the recordin
 training pool only, never dev or test.
 
 Everything is a pure function of the options (and espeak-ng's version): ``voices.json`` records
-them, and a folder that holds a finished set for the same options is reused as it is.
+them, and a folder that holds a finished set for the same options is reused as it is. espeak-ng
+keeps state from one synthesis to the next (its noise generators, a voice's settings), so the set
+is rendered in a fresh process, each take after seeding the noise.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import json
 import logging
+import multiprocessing
 import os
 import random
 import shutil
@@ -64,14 +67,20 @@ class Espeak:
     # espeak_PARAMETER
     RATE, PITCH, RANGE = 1, 3, 4
 
-    def __init__(self) -> None:
+    @staticmethod
+    def check_installed() -> None:
         try:
-            import espeakng_loader
+            import espeakng_loader  # noqa: F401
         except ImportError as e:
             raise PrepareError(
                 "synthetic voices need espeak-ng: pip install espeakng-loader (or pip install -e '.[tts]'), "
                 "or leave them out (asr prepare fsdd without --tts-dir; run.sh --tts-voices 0)"
             ) from e
+
+    def __init__(self) -> None:
+        self.check_installed()
+        import espeakng_loader
+
         self.lib = ctypes.CDLL(espeakng_loader.get_library_path())
         self.rate = self.lib.espeak_Initialize(2, 0, espeakng_loader.get_data_path().encode(), 0)  # 2: synchronous
         if self.rate <= 0:
@@ -127,6 +136,20 @@ def synthesize_voices(out_dir: str | os.PathLike, opts: TtsOptions | None = None
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    Espeak.check_installed()
+    worker = multiprocessing.get_context("spawn").Process(target=_render, args=(tmp, opts, want))
+    worker.start()
+    worker.join()
+    if worker.exitcode != 0:
+        raise PrepareError(f"{out}: synthesising the voices failed (exit code {worker.exitcode}; its error is above)")
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+    log.info("%s: %d synthetic speakers x %d takes of each digit (espeak-ng)", out, opts.voices, opts.takes)
+    return out
+
+
+def _render(tmp: Path, opts: TtsOptions, want: dict) -> None:
+    """Write the takes and ``voices.json`` into ``tmp`` (run in a fresh process: see the module docstring)."""
     engine = Espeak()
     rng = random.Random(opts.seed)
     voices = []
@@ -144,7 +167,3 @@ def synthesize_voices(out_dir: str | os.PathLike, opts: TtsOptions | None = None
                 x = x / (np.sqrt(np.mean(x**2)) + 1e-9) * 10 ** (rng.uniform(-35, -22) / 20)  # -35..-22 dB RMS
                 sf.write(str(tmp / f"{digit}_{TTS_PREFIX}{i:03d}_{take}.flac"), np.clip(x, -1, 1), OUT_RATE)
     (tmp / DONE).write_text(json.dumps({"request": want, "voices": voices}, indent=1) + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
-    log.info("%s: %d synthetic speakers x %d takes of each digit (espeak-ng)", out, opts.voices, opts.takes)
-    return out
