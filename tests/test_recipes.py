@@ -84,7 +84,7 @@ def test_fsdd_recipe_stages_0_to_3_offline_on_the_bundled_corpus(tmp_path):
     """A fresh clone without internet: the bundled recordings are checked and used; a tampered one is named."""
     recipe = _copy_recipe(tmp_path, "fsdd")
     small = ["--num-train", "20", "--num-dev", "4", "--num-test", "4", "--vocab-size", "20"]
-    out = _run(recipe / "run.sh", *small, "--stop-stage", "3", offline=True, timeout=300)
+    out = _run(recipe / "run.sh", *small, "--stop-stage", "3", offline=True, timeout=600)  # 100 voices: ~40 s
     for n in range(4):
         assert f"stage {n} (" in out, f"stage {n} did not run:\n{out}"
     assert "stage 4" not in out
@@ -94,6 +94,9 @@ def test_fsdd_recipe_stages_0_to_3_offline_on_the_bundled_corpus(tmp_path):
     assert f'"{tmp_path}/corpus/fsdd/recordings/0_yweweler_0.flac"' in digits
     assert (recipe / "data" / "tokenizer" / "tokenizer.model").is_file() and (recipe / "data" / "cmvn.json").is_file()
     assert not (recipe / "downloads").exists()
+    assert len(list((recipe / "data_tts_voices").glob("*_tts099_14.flac"))) == 10  # 100 synthetic speakers, offline
+    train = [json.loads(line)["speaker"] for line in (recipe / "data" / "train.jsonl").read_text().splitlines()]
+    assert any(s.startswith("tts") for s in train) and not all(s.startswith("tts") for s in train)
 
     tampered = shutil.copytree(REPO / "corpus" / "fsdd", tmp_path / "tampered", symlinks=False)
     f = tampered / "recordings" / "4_nicolas_12.flac"
@@ -109,9 +112,9 @@ def test_fsdd_recipe_plumbing(tmp_path):
     """Every stage of the connected-digit recipe on a small slice (the full run is in the README)."""
     recipe = _copy_recipe(tmp_path, "fsdd")
     out = _run(
-        recipe / "run.sh", "--num-train", "40", "--num-dev", "8",
-        "--num-test", "8", "--vocab-size", "20", "--set", "train.epochs=1", "--num-avg", "1", "--beam-size", "3",
-    )
+        recipe / "run.sh", "--num-train", "40", "--num-dev", "8", "--num-test", "8", "--vocab-size", "20",
+        "--tts-voices", "2", "--set", "train.epochs=1", "--num-avg", "1", "--beam-size", "3",
+    )  # fmt: skip
     for n in range(9):
         assert f"stage {n} (" in out, f"stage {n} did not run:\n{out}"
     results = (recipe / "exp" / "transformer" / "RESULTS.md").read_text()
@@ -133,7 +136,8 @@ def test_fsdd_loso_two_speakers_one_table(tmp_path):
     recipe = _copy_recipe(tmp_path, "fsdd")
     _run(
         recipe / "loso.sh", "--speakers", "george lucas",
-        "--num-train", "24", "--num-dev", "4", "--num-test", "6", "--vocab-size", "20", "--set", "train.epochs=1",
+        "--num-train", "24", "--num-dev", "4", "--num-test", "6", "--vocab-size", "20", "--tts-voices", "2",
+        "--set", "train.epochs=1",
         "--num-avg", "1", "--beam-size", "2",
     )  # fmt: skip
     for spk in ("george", "lucas"):

@@ -41,7 +41,7 @@ num_avg=5
 decode_args=()       # --mode/--beam-size/--ctc-weight/--speed: default the config's decode section
 prepare_args=()       # --num-train/--num-dev/--num-test (utterances per split), --trim-prob: to `asr prepare fsdd`
 train_sets=()
-tts_voices=0          # synthetic training speakers (espeak-ng), 0: none
+tts_voices=100        # synthetic training speakers (espeak-ng), 0: none (README, FSDD: unseen-speaker WER)
 tts_share=0.4         # share of the training utterances they speak
 data=data             # prepared data (relative to this folder): one per choice of test speakers
 while (( $# )); do
