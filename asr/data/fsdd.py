@@ -188,8 +188,8 @@ def _build(
     speakers = sorted(s for s, takes in pool.items() if takes)
     voices = sorted(s for s, takes in synthetic.items() if takes)
     by_digit = {s: defaultdict(list) for s in speakers + voices}
-    for s in speakers + voices:
-        for digit, path in (pool.get(s) or synthetic[s]):
+    for s, takes in {**pool, **synthetic}.items():
+        for digit, path in takes:
             by_digit[s][digit].append(path)
     records = []
     for i in tqdm(range(n), desc=f"fsdd {split}", unit="utt", disable=not progress):
