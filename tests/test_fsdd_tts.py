@@ -86,5 +86,22 @@ def test_cli_synthesises_then_prepares(tmp_path, capsys) -> None:
             "6", "--num-dev", "2", "--num-test", "2", "--tts-voices", "1", "--tts-takes", "1", "--tts-share", "0.5"]
     assert main([*args, "--tts-dir", str(tmp_path / "voices")]) == 0
     assert len(list((tmp_path / "voices").glob("*_tts000_5.flac"))) == 10
-    assert main(args) == 2
-    assert "--tts-voices: name the folder" in capsys.readouterr().err
+    assert main(args) == 2  # a share without a folder
+    assert "both a folder of them (tts_dir, --tts-dir)" in capsys.readouterr().err
+    no_share = [a for a in args if a not in ("--tts-share", "0.5")]
+    assert main([*no_share, "--tts-dir", str(tmp_path / "unmade")]) == 2  # checked before any rendering
+    assert "a share of the training utterances > 0" in capsys.readouterr().err
+    assert not (tmp_path / "unmade").exists()
+
+
+def test_voices_synthesised_by_two_processes_at_once(tmp_path) -> None:
+    """loso.sh --jobs: two runs render into the same folder; one renders, the other waits and reuses."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    out, opts = tmp_path / "voices", TtsOptions(voices=1, takes=1)
+    with ThreadPoolExecutor(2) as pool:  # separate opens of the lock file: flock excludes them like processes
+        done = list(pool.map(lambda _: synthesize_voices(out, opts), range(2)))
+    assert done == [out, out]
+    assert sorted(p.name for p in out.glob("*.flac")) == [f"{d}_tts000_5.flac" for d in range(10)]
+    assert json.loads((out / "voices.json").read_text())["request"]["options"]["voices"] == 1
+    assert not out.with_name(".voices.tmp").exists()

@@ -132,14 +132,12 @@ def test_fsdd_recipe_plumbing(tmp_path):
 
 @pytest.mark.slow
 def test_fsdd_loso_two_speakers_one_table(tmp_path):
-    """loso.sh: the recipe once per held-out speaker (its own data and experiment), then one table."""
+    """loso.sh: the recipe once per held-out speaker (its own data and experiment), then one table;
+    --jobs 2: two at a time, and a failed run is named without stopping the others."""
     recipe = _copy_recipe(tmp_path, "fsdd")
-    _run(
-        recipe / "loso.sh", "--speakers", "george lucas",
-        "--num-train", "24", "--num-dev", "4", "--num-test", "6", "--vocab-size", "20", "--tts-voices", "2",
-        "--set", "train.epochs=1",
-        "--num-avg", "1", "--beam-size", "2",
-    )  # fmt: skip
+    tiny = ["--num-train", "24", "--num-dev", "4", "--num-test", "6", "--vocab-size", "20", "--tts-voices", "2",
+            "--set", "train.epochs=1", "--num-avg", "1", "--beam-size", "2"]  # fmt: skip
+    _run(recipe / "loso.sh", "--speakers", "george lucas", "--jobs", "2", *tiny)
     for spk in ("george", "lucas"):
         data = recipe / f"data_transformer_{spk}"
         test = [json.loads(line) for line in (data / "test.jsonl").read_text().splitlines()]
@@ -150,3 +148,9 @@ def test_fsdd_loso_two_speakers_one_table(tmp_path):
     table = (recipe / "exp" / "transformer_loso.md").read_text()
     assert "| george |" in table and "| lucas |" in table and "over 2 speakers" in table and "worst" in table
     assert "test WER %, CTC only |" in table and "Test WER, CTC only: mean" in table
+    assert "stage 4 (train): finished" in (recipe / "exp" / "transformer_lucas.log").read_text()
+    (recipe / "exp" / "transformer_loso.md").unlink()
+    out = _run(recipe / "loso.sh", "--speakers", "nobody george", "--jobs", "2", *tiny, fail=True)
+    assert "holding out nobody failed" in out and "no table written" in out
+    assert "stage 4 (train): done before, skipped" in (recipe / "exp" / "transformer_george.log").read_text()
+    assert not (recipe / "exp" / "transformer_loso.md").exists()

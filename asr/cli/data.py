@@ -132,7 +132,7 @@ def run_prepare(args: argparse.Namespace) -> int:
             print(f"{args.out}: {len(r.records)} utterances; {len(r.text_without_audio)} without audio, "
                   f"{len(r.audio_without_text)} without text, {len(r.unreadable)} unreadable")
         else:
-            from ..data.fsdd import FsddOptions, download_fsdd, prepare_fsdd
+            from ..data.fsdd import FsddOptions, check_options, download_fsdd, prepare_fsdd
             from ..data.librispeech import PrepareError
 
             if args.download:
@@ -141,7 +141,7 @@ def run_prepare(args: argparse.Namespace) -> int:
                                num_test=args.num_test, train_gain_db=tuple(args.train_gain_db),
                                take_gain_db=args.take_gain_db, trim_prob=args.trim_prob,
                                trim_db=tuple(args.trim_db), tts_share=args.tts_share)
-            opts.validate()
+            check_options(opts, args.tts_dir)  # before the voices are rendered
             if args.tts_voices > 0:
                 from ..data.fsdd_tts import TtsOptions, synthesize_voices
 

@@ -85,6 +85,14 @@ class FsddOptions:
                 raise ValueError(f"{k}: expected an integer >= 0, got {getattr(self, k)}")
 
 
+def check_options(opts: FsddOptions, tts_dir: str | os.PathLike | None = None) -> None:
+    """``prepare_fsdd``'s checks of its options, for callers to run before any costly work."""
+    opts.validate()
+    if (tts_dir is None) != (opts.tts_share == 0):
+        raise PrepareError("synthetic voices need both a folder of them (tts_dir, --tts-dir) and a share of the "
+                           f"training utterances > 0 (tts_share, --tts-share; got {opts.tts_share})")
+
+
 def fsdd_speakers(corpus_dir: str | os.PathLike) -> list[str]:
     """The speakers whose recordings ``corpus_dir`` holds, sorted (from the file names)."""
     return list(_scan(find_recordings(corpus_dir)))
@@ -258,14 +266,11 @@ def prepare_fsdd(
     speaking a share ``options.tts_share`` of the training utterances.
     """
     opts = options or FsddOptions()
-    opts.validate()
+    check_options(opts, tts_dir)
     rec_dir = find_recordings(corpus_dir)
     by_speaker = _scan(rec_dir)
     speakers = sorted(by_speaker)
     synthetic: dict[str, list[tuple[int, Path]]] = {}
-    if (tts_dir is None) != (opts.tts_share == 0):
-        raise PrepareError("synthetic voices need both a folder of them (tts_dir, --tts-dir) and a share of the "
-                           f"training utterances > 0 (tts_share, --tts-share; got {opts.tts_share})")
     if tts_dir is not None:
         voices = _scan(find_recordings(tts_dir))
         clash = sorted(set(voices) & set(speakers))

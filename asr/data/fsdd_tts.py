@@ -17,6 +17,7 @@ is rendered in a fresh process, each take after seeding the noise.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import logging
 import multiprocessing
@@ -127,23 +128,31 @@ def _cut_silence(x: np.ndarray, floor_db: float = -45.0, pad: int = 40) -> np.nd
 
 
 def synthesize_voices(out_dir: str | os.PathLike, opts: TtsOptions | None = None) -> Path:
-    """Write ``opts.voices`` synthetic speakers' takes into ``out_dir`` (reused when done for the same options)."""
+    """Write ``opts.voices`` synthetic speakers' takes into ``out_dir`` (reused when done for the same options).
+
+    Safe to call from several processes at once (``loso.sh --jobs``): the first renders, under a lock
+    beside ``out_dir``, and the others wait for it and reuse its takes.
+    """
     opts = opts or TtsOptions()
     out = Path(out_dir)
     want = {"options": asdict(opts), "accents": list(ACCENTS), "variants": list(VARIANTS)}
-    if (out / DONE).is_file() and json.loads((out / DONE).read_text()).get("request") == want:
-        return out
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    Espeak.check_installed()
-    worker = multiprocessing.get_context("spawn").Process(target=_render, args=(tmp, opts, want))
-    worker.start()
-    worker.join()
-    if worker.exitcode != 0:
-        raise PrepareError(f"{out}: synthesising the voices failed (exit code {worker.exitcode}; its error is above)")
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_name(f".{out.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, or the process dies
+        if (out / DONE).is_file() and json.loads((out / DONE).read_text()).get("request") == want:
+            return out
+        tmp = out.with_name(f".{out.name}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        Espeak.check_installed()
+        worker = multiprocessing.get_context("spawn").Process(target=_render, args=(tmp, opts, want))
+        worker.start()
+        worker.join()
+        if worker.exitcode != 0:
+            raise PrepareError(
+                f"{out}: synthesising the voices failed (exit code {worker.exitcode}; its error is above)")
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
     log.info("%s: %d synthetic speakers x %d takes of each digit (espeak-ng)", out, opts.voices, opts.takes)
     return out
 
