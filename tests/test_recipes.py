@@ -136,7 +136,7 @@ def test_fsdd_loso_two_speakers_one_table(tmp_path):
     --jobs 2: two at a time, and a failed run is named without stopping the others."""
     recipe = _copy_recipe(tmp_path, "fsdd")
     tiny = ["--num-train", "24", "--num-dev", "4", "--num-test", "6", "--vocab-size", "20", "--tts-voices", "2",
-            "--set", "train.epochs=1", "--num-avg", "1", "--beam-size", "2"]  # fmt: skip
+            "--set", "train.epochs=1", "--num-avg", "1", "--beam-size", "2", "--seed", "3"]  # fmt: skip
     _run(recipe / "loso.sh", "--speakers", "george lucas", "--jobs", "2", *tiny)
     for spk in ("george", "lucas"):
         data = recipe / f"data_transformer_{spk}"
@@ -145,6 +145,7 @@ def test_fsdd_loso_two_speakers_one_table(tmp_path):
         train = (data / "train.jsonl").read_text()
         assert f'"speaker": "{spk}"' not in train  # ...and never trained on
         assert (recipe / "exp" / f"transformer_{spk}" / "avg1" / "decode_test" / "wer.json").is_file()
+        assert "seed: 3" in (recipe / "exp" / f"transformer_{spk}" / "config.yaml").read_text()  # --seed: training too
     table = (recipe / "exp" / "transformer_loso.md").read_text()
     assert "| george |" in table and "| lucas |" in table and "over 2 speakers" in table and "worst" in table
     assert "test WER %, CTC only |" in table and "Test WER, CTC only: mean" in table

@@ -4,8 +4,10 @@
 #   bash recipes/fsdd/run.sh [--corpus-dir DIR] [--download] [--stage N] [--stop-stage M] [--force]
 #       [--set KEY=VALUE ...] [--test-speakers "S ..."] [--mode M] [--beam-size N] [--ctc-weight W] [--speed F]
 #       [--exp NAME] [--config YAML] [--num-train N] [--num-dev N] [--num-test N] [--trim-prob P] [--data DIR]
-#       [--tts-voices N] [--tts-share P]
+#       [--tts-voices N] [--tts-share P] [--seed N]
 #
+# --seed N: the seed of every random draw: the utterances (asr prepare fsdd --seed N) and, unless N is
+# 0, the training (train.seed=N: initialisation, batches, augmentation; 0 keeps the config's seed).
 # The recordings: by default the 2,500 bundled with the repository (corpus/fsdd, no network needed);
 # --corpus-dir DIR: a folder of your own FSDD recordings (DIR/recordings/ or DIR itself);
 # --download: FSDD's pinned upstream commit, fetched into downloads/fsdd (or --corpus-dir DIR) and
@@ -64,6 +66,7 @@ while (( $# )); do
     *) echo "unknown option $1 (see the header of $0)" >&2; exit 2 ;;
   esac
 done
+(( seed == 0 )) || train_sets=(--set "train.seed=$seed" "${train_sets[@]}")  # a --set of the user's wins
 if [[ -z $corpus_dir ]]; then
   if $fetch; then corpus_dir=$here/downloads/fsdd; else corpus_dir=$repo/corpus/fsdd; fi
 fi
