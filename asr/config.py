@@ -251,6 +251,8 @@ class DecodeConfig:
     lm_weight: float = 0.0  # shallow fusion: + lm_weight * log p_lm per token; 0: no LM
     speed: float = 1.0  # play the audio this many times faster before the features (resampled, pitch too, as
     # training's speed perturbation); 1.0: as recorded
+    speeds: list[float] = field(default_factory=list)  # a test-time ensemble: the audio played at each speed,
+    # the n-best of every one pooled and rescored in all (asr.decode.speeds); empty: one decoding at `speed`
 
     ALIASES = {"length_penalty": "length_bonus"}  # old key -> new key: still read, with a warning
 
@@ -266,6 +268,10 @@ class DecodeConfig:
         _check(self.mode in modes, prefix, "mode", " or ".join(map(repr, modes)), self.mode)
         _check(self.beam_size >= 1, prefix, "beam_size", "a positive integer", self.beam_size)
         _check(self.speed > 0, prefix, "speed", "a positive number", self.speed)
+        _check(all(isinstance(x, (int, float)) and x > 0 for x in self.speeds) and len(self.speeds) != 1, prefix,
+               "speeds", "two or more positive numbers, or none (one speed: decode.speed)", self.speeds)
+        _check(not self.speeds or self.speed == 1.0, prefix, "speed",
+               f"1.0 beside {prefix}.speeds (give one of the two)", self.speed)
         _check(0.0 <= self.ctc_weight <= 1.0, prefix, "ctc_weight", "a value in [0, 1]", self.ctc_weight)
         _check(self.max_len_ratio > 0, prefix, "max_len_ratio", "a positive number", self.max_len_ratio)
         _check(self.max_frames > 0, prefix, "max_frames", "a positive integer", self.max_frames)

@@ -54,7 +54,9 @@ def decode_manifest(
     progress: bool = True,
 ) -> DecodeStats:
     """Decode ``records`` (manifest entries) with the recogniser ``rec`` and write ``{"id", "text", "score"}`` lines to
-    ``out_path`` as each batch finishes (flushed, so a crash keeps finished work).
+    ``out_path`` as each batch finishes (flushed, so a crash keeps finished work). With ``cfg.speeds``
+    every batch is read at each speed and decoded as one test-time ensemble (``asr.decode.speeds``);
+    else once, at ``cfg.speed``.
 
     Unreadable audio is logged by id and listed in ``DecodeStats.failed``; the rest still run.
     """
@@ -62,27 +64,36 @@ def decode_manifest(
 
     dev = rec.device
     data_cfg = dataclasses.replace(rec.config.data, cache_features=False)  # each utterance is read once
-    dataset = ASRDataset(records, rec.tokenizer, data_cfg, train=False)
-    batches = duration_batches(dataset.durations, max_frames or cfg.max_frames, max_utterances)
-    loader = torch.utils.data.DataLoader(
-        dataset, batch_sampler=batches, collate_fn=collate, num_workers=num_workers, pin_memory=dev.type == "cuda"
-    )
+    speeds = cfg.speeds or [cfg.speed]  # decode.speeds: one view of every utterance per speed
+    views = [ASRDataset([{**r, "speed": f} for r in records], rec.tokenizer, data_cfg, train=False) for f in speeds]
+    as_recorded = views[0].durations  # the manifest's: RTF is per second of audio as recorded
+    slowest = min(1.0, *speeds)  # the longest features, that a batch's frame budget must hold
+    batches = duration_batches([d / slowest for d in as_recorded], max_frames or cfg.max_frames, max_utterances)
+    loaders = [torch.utils.data.DataLoader(
+        ds, batch_sampler=batches, collate_fn=collate, num_workers=num_workers, pin_memory=dev.type == "cuda"
+    ) for ds in views]  # fmt: skip
     stats = DecodeStats()
     seen: set[str] = set()
     t0 = time.perf_counter()
     bar = tqdm(total=len(records), unit="utt", disable=not progress, dynamic_ncols=True)
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with open(out_path, "w", encoding="utf-8") as out:
-        for batch in loader:
-            hyps = rec.recognize(batch.feats, batch.feat_lens, cfg) if batch.ids else []
-            for uid, h, dur in zip(batch.ids, hyps, batch.durations, strict=True):
+        for k, group in enumerate(zip(*loaders, strict=True)):  # the same utterances, at each speed
+            ids = list(dict.fromkeys(uid for b in group for uid in b.ids))  # readable at one speed at least
+            if len(group) == 1:
+                one = rec.recognize(group[0].feats, group[0].feat_lens, cfg) if ids else []
+                hyps = dict(zip(ids, one, strict=True))
+            else:
+                hyps = rec.recognize_views([(b.ids, b.feats, b.feat_lens) for b in group if b.ids], cfg)
+            for uid in ids:
+                h = hyps[uid]
                 text = rec.text(h.tokens)
                 out.write(json.dumps({"id": uid, "text": text, "score": round(h.score, 4)}, ensure_ascii=False) + "\n")
-                stats.audio_seconds += dur
                 seen.add(uid)
             out.flush()
-            stats.decoded += len(batch.ids)
-            bar.update(len(batch.ids) + batch.skipped)
+            stats.audio_seconds += sum(as_recorded[i] for i in batches[k] if records[i]["id"] in seen)
+            stats.decoded += len(ids)
+            bar.update(len(batches[k]))
             bar.set_postfix(rtf=f"{(time.perf_counter() - t0) / max(stats.audio_seconds, 1e-9):.3f}")
     bar.close()
     stats.wall_seconds = time.perf_counter() - t0

@@ -70,6 +70,15 @@ class Recognizer:
         lm = self.lm.model if self.lm is not None and cfg.lm_weight else None
         return recognize(self.model, feats, feat_lens, cfg, lm)
 
+    def recognize_views(self, views, decode: DecodeConfig | None = None):
+        """``{id: Hypothesis}`` over several views of the same utterances (``decode.speeds``):
+        ``views`` is a list of (ids, padded fbank batch, lengths), one per speed."""
+        from .decode.speeds import recognize_views
+
+        cfg = decode or self.config.decode
+        lm = self.lm.model if self.lm is not None and cfg.lm_weight else None
+        return recognize_views(self.model, views, cfg, lm)
+
     def text(self, tokens: list[int]) -> str:
         if self.tokenizer is None:
             raise ValueError("the model has no tokenizer: load it from a model directory with tokenizer.model")

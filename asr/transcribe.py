@@ -138,17 +138,24 @@ class Transcriber:
 
         out = [("", 0.0)] * len(wavs)
         ok = [i for i, w in enumerate(wavs) if w.numel() >= int(MIN_SAMPLES_S * self.sample_rate)]
-        speed = self.decode.speed  # decode.speed: played faster (or slower) before the features
-        feats = self.rec.features([speed_perturb(wavs[i], self.sample_rate, speed) for i in ok]) if ok else []
-        items = [
-            {"id": str(i), "feats": f, "tokens": _NO_TOKENS, "duration": wavs[i].numel() / self.sample_rate}
-            for i, f in zip(ok, feats, strict=True)
-            if f.shape[0] >= self.rec.model.min_input_frames
-        ]
-        if items:
-            batch = collate(items)  # the padding of every other batch the model sees
-            for uid, h in zip(batch.ids, self.rec.recognize(batch.feats, batch.feat_lens, self.decode), strict=True):
-                out[int(uid)] = (self.rec.text(h.tokens), h.score)
+        views = []
+        for speed in self.decode.speeds or [self.decode.speed]:  # played faster (or slower) before the features
+            feats = self.rec.features([speed_perturb(wavs[i], self.sample_rate, speed) for i in ok]) if ok else []
+            items = [
+                {"id": str(i), "feats": f, "tokens": _NO_TOKENS, "duration": wavs[i].numel() / self.sample_rate}
+                for i, f in zip(ok, feats, strict=True)
+                if f.shape[0] >= self.rec.model.min_input_frames
+            ]
+            if items:
+                batch = collate(items)  # the padding of every other batch the model sees
+                views.append((batch.ids, batch.feats, batch.feat_lens))
+        if len(views) == 1 and not self.decode.speeds:
+            ids, feats, lens = views[0]
+            hyps = dict(zip(ids, self.rec.recognize(feats, lens, self.decode), strict=True))
+        else:
+            hyps = self.rec.recognize_views(views, self.decode) if views else {}
+        for uid, h in hyps.items():
+            out[int(uid)] = (self.rec.text(h.tokens), h.score)
         return out
 
     def _run(self, source: str, windows: Iterator[tuple[float, float, torch.Tensor]], duration: float) -> Transcript:

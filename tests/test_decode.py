@@ -18,6 +18,7 @@ from asr.decode import (
     recognize,
 )
 from asr.decode.ctc_prefix_score import CTCPrefixScorer
+from asr.decode.speeds import recognize_views
 from asr.model import ASRModel
 
 VOCAB = 12
@@ -295,3 +296,66 @@ def test_length_bonus_lengthens_and_norm_ranks(model, encoded):
     normed = beam_search(model, memory, mem_lens, beam_size=4, length_norm=True, nbest=4)
     for hyps in normed:
         assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+
+
+def _views(model, protos):
+    """Six synthetic utterances heard twice: as made, and with other noise and every 4th frame dropped."""
+    feats, lens, _, _ = synthetic_batch(6, VOCAB, torch.Generator().manual_seed(21), protos)
+    g = torch.Generator().manual_seed(22)
+    keep = [t for t in range(feats.shape[1]) if t % 4 != 3]
+    other = (feats + 0.5 * torch.randn(feats.shape, generator=g))[:, keep]
+    other_lens = torch.tensor([sum(1 for t in keep if t < n) for n in lens.tolist()])
+    ids = [f"u{i}" for i in range(6)]
+    return [(ids, feats, lens), (ids[::-1], other.flip(0), other_lens.flip(0))]  # the second in another order
+
+
+@pytest.mark.parametrize("mode", ["attention", "ctc_greedy", "ctc_beam", "rescore"])
+def test_one_view_is_the_search_itself(trained, mode):
+    model, _, protos = trained
+    ids, feats, lens = _views(model, protos)[0]
+    cfg = DecodeConfig(mode=mode, beam_size=4, ctc_weight=0.3)
+    alone = recognize(model, feats, lens, cfg)
+    views = recognize_views(model, [(ids, feats, lens)], cfg)
+    assert [views[u].tokens for u in ids] == [h.tokens for h in alone]
+    got, want = [views[u].score for u in ids], [h.score for h in alone]
+    if mode == "attention":  # the search's own joint score, recomputed whole
+        assert got == pytest.approx(want, abs=1e-3)
+    elif mode != "ctc_greedy":  # every alignment summed, where the prefix search sums those its beam kept
+        assert all(g >= w - 1e-3 for g, w in zip(got, want, strict=True))
+
+
+def test_views_choose_the_best_mean_joint_score_over_the_pooled_nbest(trained):
+    model, _, protos = trained
+    views = _views(model, protos)
+    cfg = DecodeConfig(mode="attention", beam_size=3, ctc_weight=0.3)
+    got = recognize_views(model, views, cfg)
+    encoded = []
+    pool = {}
+    for ids, feats, lens in views:
+        with torch.inference_mode():
+            memory, mem_lens = model.encode(feats, lens)
+        encoded.append((ids, memory, mem_lens))
+        nbest = beam_search(model, memory, mem_lens, beam_size=3, ctc_weight=0.3, nbest=3)
+        for uid, hyps in zip(ids, nbest, strict=True):
+            pool.setdefault(uid, set()).update(tuple(h.tokens) for h in hyps)
+    pooled_more = 0
+    for uid, cands in pool.items():
+        pooled_more += len(cands) > 3
+        def mean(y, uid=uid):
+            total = 0.0
+            for ids, memory, mem_lens in encoded:
+                att, ctc = _teacher_forced(model, memory, mem_lens, ids.index(uid), list(y))
+                total += 0.7 * att + 0.3 * ctc
+            return total / len(encoded)
+        best = max(cands, key=mean)
+        assert tuple(got[uid].tokens) == best and got[uid].score == pytest.approx(mean(best), abs=1e-3)
+    assert pooled_more  # the views disagree somewhere: a real combination was tested
+
+
+def test_an_utterance_missing_from_a_view_is_scored_in_the_others(trained):
+    model, _, protos = trained
+    (ids, feats, lens), (ids2, feats2, lens2) = _views(model, protos)
+    cfg = DecodeConfig(mode="attention", beam_size=3, ctc_weight=0.3)
+    got = recognize_views(model, [(ids, feats, lens), (ids2[1:], feats2[1:], lens2[1:])], cfg)
+    alone = recognize(model, feats[-1:], lens[-1:], cfg)[0]  # ids2[0] is the last utterance
+    assert set(got) == set(ids) and got[ids[-1]].tokens == alone.tokens

@@ -119,14 +119,14 @@ def test_fsdd_recipe_plumbing(tmp_path):
         assert f"stage {n} (" in out, f"stage {n} did not run:\n{out}"
     results = (recipe / "exp" / "transformer" / "RESULTS.md").read_text()
     assert "| test |" in results and "| test CTC only |" in results  # the joint search, and CTC alone beside it
-    played = ", audio played 1.1x as fast (decode.speed)"  # the config's decode.speed, in both decodings
+    played = ", audio played at 1x, 1.1x, 1.2x and combined on hypotheses (decode.speeds)"  # the config's, in both
     assert f"attention, beam 3, CTC weight 0.7{played}" in results  # the config's decoding with the command line's beam
     assert f"ctc_beam, beam 3{played}: the same model without its decoder" in results
     for folder, label in (("decode", "test"), ("decode_ctc", "test CTC only")):
         decoded = recipe / "exp" / "transformer" / "avg1" / f"{folder}_test"
         wer = json.loads((decoded / "wer.json").read_text())
         assert f"| {label} | **{wer['wer']:.2f}** |" in results
-        assert json.loads((decoded / "hyp.settings.json").read_text())["decode"]["speed"] == 1.1
+        assert json.loads((decoded / "hyp.settings.json").read_text())["decode"]["speeds"] == [1.0, 1.1, 1.2]
     assert "reference:" in out
 
 

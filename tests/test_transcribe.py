@@ -240,3 +240,40 @@ def test_cli_decode_at_a_speed(model_dir, recognizer, data_root, tmp_path, capsy
     with pytest.raises(SystemExit):
         main([*args, "--speed", "0"])
     assert "expected a positive number" in capsys.readouterr().err
+
+
+def test_cli_decode_and_transcribe_at_several_speeds(model_dir, recognizer, data_root, tmp_path, capsys):
+    """`--speeds` (decode.speeds): one test-time ensemble of the audio at each speed, by asr decode and
+    asr transcribe alike; a single --speed replaces it."""
+    from asr.audio import speed_perturb
+    from asr.data.dataset import collate
+
+    recs = sorted(librispeech_records(data_root), key=lambda r: r["duration"])[:3]
+    manifest, hyp = tmp_path / "m.jsonl", tmp_path / "hyp.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    args = ["decode", "--model", str(model_dir), "--manifest", str(manifest), "--out", str(hyp), "--mode", "ctc_beam",
+            "--beam-size", "3", "--num-workers", "0", "--speeds", "0.9,1.2"]  # fmt: skip
+    assert main(args) == 0
+    got = {r["id"]: r["text"] for r in map(json.loads, hyp.read_text().splitlines())}
+    settings = json.loads(hyp.with_suffix(".settings.json").read_text())["decode"]
+    assert settings["speeds"] == [0.9, 1.2] and settings["speed"] == 1.0
+    sr = recognizer.config.data.sample_rate
+    cfg = recognizer.config.decode.updated(mode="ctc_beam", beam_size=3, speeds=[0.9, 1.2])
+    views = []
+    for f in (0.9, 1.2):
+        feats = recognizer.features([speed_perturb(load_audio(r["audio"], sr), sr, f) for r in recs])
+        b = collate([{"id": r["id"], "feats": x, "tokens": torch.zeros(0, dtype=torch.long), "duration": 1.0}
+                     for r, x in zip(recs, feats, strict=True)])  # fmt: skip
+        views.append((b.ids, b.feats, b.feat_lens))
+    want = {u: recognizer.text(h.tokens) for u, h in recognizer.recognize_views(views, cfg).items()}
+    assert got == want and any(got.values())  # a trained model: not every text empty
+    assert Transcriber(recognizer, cfg).transcribe_file(recs[0]["audio"]).text == want[recs[0]["id"]]
+    assert main([*args, "--speed", "1.2"]) == 0  # one speed: the ensemble is off
+    assert json.loads(hyp.with_suffix(".settings.json").read_text())["decode"]["speeds"] == []
+    with pytest.raises(ConfigError, match=r"decode.speeds: expected two or more positive numbers"):
+        recognizer.config.decode.updated(speeds=[1.1])
+    with pytest.raises(ConfigError, match=r"decode.speed: expected 1.0 beside decode.speeds"):
+        recognizer.config.decode.updated(speed=1.1, speeds=[1.0, 1.1])
+    with pytest.raises(SystemExit):
+        main([*args[:-1], "1.1"])
+    assert "two or more speeds" in capsys.readouterr().err

@@ -8,8 +8,14 @@ import sys
 
 def _decode_settings(args: argparse.Namespace, base):
     """The model's decode section with the command-line overrides applied."""
-    keys = ("mode", "beam_size", "ctc_weight", "length_bonus", "max_frames", "precision", "lm_weight", "speed")
-    return base.updated(**{k: getattr(args, k, None) for k in keys})
+    keys = ("mode", "beam_size", "ctc_weight", "length_bonus", "max_frames", "precision", "lm_weight", "speed",
+            "speeds")
+    over = {k: getattr(args, k, None) for k in keys}
+    if over["speed"] is not None:  # one speed replaces the config's ensemble, and an ensemble its one speed
+        over["speeds"] = []
+    elif over["speeds"] is not None:
+        over["speed"] = 1.0
+    return base.updated(**over)
 
 
 def _load(args: argparse.Namespace):
@@ -43,6 +49,9 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speed", type=_positive, default=None, metavar="F",
                    help="play the audio F times faster (resampled: pitch moves too, as training's speed perturbation) "
                         "before decoding (default: the model config's decode.speed, 1.0: as recorded)")
+    p.add_argument("--speeds", type=_speeds, default=None, metavar="F,F,...",
+                   help="a test-time ensemble: the audio played at each speed, the n-best of every one pooled and "
+                        "rescored in all, the best mean score kept (default: the model config's decode.speeds)")
 
 
 def add_decode(sub: argparse._SubParsersAction) -> None:
@@ -64,14 +73,19 @@ def _positive(text: str) -> float:
     raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
 
 
+def _speeds(text: str) -> list[float]:
+    out = [_positive(x) for x in text.split(",")]
+    if len(out) < 2:
+        raise argparse.ArgumentTypeError(f"expected two or more speeds, comma-separated, got {text!r} (one: --speed)")
+    return out
+
+
 def run_decode(args: argparse.Namespace) -> int:
     from ..data.manifest import read_manifest
     from ..decode_manifest import decode_manifest
 
     rec, cfg = _load(args)
-    records = read_manifest(args.manifest)
-    if cfg.speed != 1.0:
-        records = [{**r, "speed": cfg.speed} for r in records]
+    records = read_manifest(args.manifest)  # played at decode.speed, or at each of decode.speeds
     stats = decode_manifest(rec, records, args.out, cfg, args.max_frames, args.batch_size, args.num_workers)
     _write_decode_settings(args, cfg, stats)
     print(

@@ -15,7 +15,9 @@ from ..model.asr_model import BLANK_ID
 from .beam_search import Hypothesis
 from .ctc_prefix_score import NEG_INF
 
-__all__ = ["ctc_prefix_beam_search", "attention_rescoring", "lm_sequence_log_probs"]
+__all__ = [
+    "ctc_prefix_beam_search", "attention_rescoring", "attention_log_probs", "lm_sequence_log_probs", "pad_tokens"
+]
 
 
 class _PrefixLM:
@@ -108,19 +110,38 @@ def ctc_prefix_beam_search(log_probs: torch.Tensor, lens: torch.Tensor, beam_siz
             for i, n in enumerate(lens.tolist())]  # fmt: skip
 
 
+def pad_tokens(seqs: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token sequences as a zero-padded (N, max(1, U)) tensor and their lengths (N,)."""
+    lens = torch.tensor([len(s) for s in seqs], dtype=torch.long, device=device)
+    tokens = torch.zeros(len(seqs), max(1, int(lens.max())) if seqs else 1, dtype=torch.long, device=device)
+    for j, s in enumerate(seqs):
+        tokens[j, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return tokens, lens
+
+
 @torch.inference_mode()
 def lm_sequence_log_probs(lm, seqs: list[list[int]]) -> torch.Tensor:
     """log p_lm(y, eos) of each token sequence (no sos/eos in ``seqs``), one teacher-forced call, (N,)."""
     from ..lm.model import IGNORE_ID, lm_io
 
-    dev = next(lm.parameters()).device
-    lens = torch.tensor([len(s) for s in seqs], device=dev)
-    tokens = torch.zeros(len(seqs), max(1, int(lens.max())), dtype=torch.long, device=dev)
-    for j, s in enumerate(seqs):
-        tokens[j, : len(s)] = torch.tensor(s, dtype=torch.long)
+    tokens, lens = pad_tokens(seqs, next(lm.parameters()).device)
     ys_in, ys_out = lm_io(tokens, lens, lm.eos_id)
     lp = torch.log_softmax(lm(ys_in).float(), dim=-1)  # (N, U + 1, V)
     valid = ys_out != IGNORE_ID
+    return lp.gather(2, ys_out.clamp_min(0).unsqueeze(2)).squeeze(2).masked_fill(~valid, 0.0).sum(1)
+
+
+@torch.inference_mode()
+def attention_log_probs(
+    model, memory: torch.Tensor, mem_lens: torch.Tensor, owner: list[int], seqs: list[list[int]]
+) -> torch.Tensor:
+    """log p_att(y, eos) of each sequence given the encoder output of utterance ``owner[j]``: all of
+    them in one teacher-forced call of the decoder, (N,)."""
+    tokens, token_lens = pad_tokens(seqs, memory.device)
+    idx = torch.tensor(owner, dtype=torch.long, device=memory.device)
+    ys_in, ys_out = model.decoder_io(tokens, token_lens)  # (N, U + 1) each; IGNORE_ID after eos
+    lp = torch.log_softmax(model.decoder(ys_in, memory[idx], mem_lens[idx]).float(), dim=-1)  # (N, U + 1, V)
+    valid = ys_out >= 0
     return lp.gather(2, ys_out.clamp_min(0).unsqueeze(2)).squeeze(2).masked_fill(~valid, 0.0).sum(1)
 
 
@@ -140,21 +161,11 @@ def attention_rescoring(
     (+ ``lm_weight * log p_lm(y, eos)`` with an LM)."""
     if model.decoder is None:
         raise ValueError("attention_rescoring: the model has no attention decoder (decoder_layers=0)")
-    dev = memory.device
     owner = [i for i, hyps in enumerate(nbest) for _ in hyps]
     flat = [h for hyps in nbest for h in hyps]
     if not flat:
         return [Hypothesis([], NEG_INF) for _ in nbest]
-    token_lens = torch.tensor([len(h.tokens) for h in flat], device=dev)
-    tokens = torch.zeros(len(flat), max(1, int(token_lens.max())), dtype=torch.long, device=dev)  # (H, U)
-    for j, h in enumerate(flat):
-        tokens[j, : len(h.tokens)] = torch.tensor(h.tokens, dtype=torch.long)
-    idx = torch.tensor(owner, device=dev)
-    ys_in, ys_out = model.decoder_io(tokens, token_lens)  # (H, U + 1) each; IGNORE_ID after eos
-    logits = model.decoder(ys_in, memory[idx], mem_lens[idx]).float()  # (H, U + 1, V)
-    lp = torch.log_softmax(logits, dim=-1)
-    valid = ys_out >= 0
-    att = lp.gather(2, ys_out.clamp_min(0).unsqueeze(2)).squeeze(2).masked_fill(~valid, 0.0).sum(1)  # (H,)
+    att = attention_log_probs(model, memory, mem_lens, owner, [h.tokens for h in flat])  # (H,)
     lm_lp = lm_sequence_log_probs(lm, [h.tokens for h in flat]).tolist() if lm is not None and lm_weight else None
     best: list[Hypothesis | None] = [None] * len(nbest)
     for j, h in enumerate(flat):

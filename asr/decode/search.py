@@ -10,7 +10,7 @@ from .beam_search import Hypothesis, beam_search
 from .ctc_beam import attention_rescoring, ctc_prefix_beam_search
 from .greedy import ctc_greedy_search
 
-__all__ = ["recognize"]
+__all__ = ["recognize", "check_mode"]
 
 
 @torch.inference_mode()
@@ -35,11 +35,8 @@ def recognize(
 def _recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeConfig, lm) -> list[Hypothesis]:
     dev = feats.device
     memory, mem_lens = model.encode(feats, feat_lens)  # (B, S, D), (B,)
+    check_mode(model, cfg)
     if cfg.mode == "attention":
-        if model.decoder is None or cfg.ctc_weight >= 1.0:
-            raise ValueError(
-                "decode.mode=attention needs a decoder and ctc_weight < 1; use mode ctc_beam or ctc_greedy"
-            )
         nbest = beam_search(
             model,
             memory,
@@ -65,3 +62,11 @@ def _recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeC
     if cfg.mode == "rescore":
         return attention_rescoring(model, memory, mem_lens, nbest, cfg.ctc_weight, cfg.length_bonus, lm, cfg.lm_weight)
     raise ValueError(f"decode.mode: expected 'attention', 'ctc_greedy', 'ctc_beam' or 'rescore', got {cfg.mode!r}")
+
+
+def check_mode(model, cfg: DecodeConfig) -> None:
+    """A clear error where ``cfg.mode`` needs the decoder the model does not have."""
+    if cfg.mode == "attention" and (model.decoder is None or cfg.ctc_weight >= 1.0):
+        raise ValueError("decode.mode=attention needs a decoder and ctc_weight < 1; use mode ctc_beam or ctc_greedy")
+    if cfg.mode == "rescore" and model.decoder is None:
+        raise ValueError("decode.mode=rescore needs a decoder (decoder_layers > 0); use mode ctc_beam or ctc_greedy")

@@ -113,6 +113,8 @@ if (( stage <= 7 && stop_stage >= 6 )); then
   IFS='|' read -r mode beam decoding played < <("$PYTHON" -c 'import sys; from asr.config import load_config
 d = load_config(sys.argv[1], sys.argv[2:]).decode
 played = "" if d.speed == 1 else f", audio played {d.speed:g}x as fast (decode.speed)"
+if d.speeds:
+    played = ", audio played at " + ", ".join(f"{f:g}x" for f in d.speeds) + " and combined on hypotheses (decode.speeds)"
 print(d.mode, d.beam_size, f"{d.mode}, beam {d.beam_size}" + ("" if d.mode.startswith("ctc") else f", CTC weight {d.ctc_weight}")
       + played, played, sep="|")' \
     "$model/config.yaml" "${overrides[@]}")
