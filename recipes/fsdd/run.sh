@@ -2,7 +2,8 @@
 # Connected digits on real speech (Free Spoken Digit Dataset), trained on CPU in minutes.
 #
 #   bash recipes/fsdd/run.sh [--corpus-dir DIR] [--download] [--stage N] [--stop-stage M] [--force]
-#       [--set KEY=VALUE ...] [--test-speakers "S ..."] [--mode M] [--beam-size N] [--ctc-weight W] [--speed F]
+#       [--set KEY=VALUE ...] [--test-speakers "S ..."] [--mode M] [--beam-size N] [--ctc-weight W]
+#       [--speed F | --speeds F,F,...]
 #       [--exp NAME] [--config YAML] [--num-train N] [--num-dev N] [--num-test N] [--trim-prob P] [--data DIR]
 #       [--tts-voices N] [--tts-share P] [--seed N]
 #
@@ -40,7 +41,7 @@ test_speakers=""      # default: the last speaker in sorted order (yweweler in c
 seed=0
 vocab_size=29         # <blank> <unk> <sos/eos>, the 10 digit words, and the letters
 num_avg=5
-decode_args=()       # --mode/--beam-size/--ctc-weight/--speed: default the config's decode section
+decode_args=()       # --mode/--beam-size/--ctc-weight/--speed/--speeds: default the config's decode section
 prepare_args=()       # --num-train/--num-dev/--num-test (utterances per split), --trim-prob: to `asr prepare fsdd`
 train_sets=()
 tts_voices=100        # synthetic training speakers (espeak-ng), 0: none (README, FSDD: unseen-speaker WER)
@@ -58,7 +59,7 @@ while (( $# )); do
     --seed) seed=$2; shift 2 ;;
     --vocab-size) vocab_size=$2; shift 2 ;;
     --num-avg) num_avg=$2; shift 2 ;;
-    --mode|--beam-size|--ctc-weight|--speed) decode_args+=("$1" "$2"); shift 2 ;;
+    --mode|--beam-size|--ctc-weight|--speed|--speeds) decode_args+=("$1" "$2"); shift 2 ;;
     --num-train|--num-dev|--num-test|--trim-prob) prepare_args+=("$1" "$2"); shift 2 ;;
     --tts-voices) tts_voices=$2; shift 2 ;;
     --tts-share) tts_share=$2; shift 2 ;;
@@ -108,7 +109,12 @@ variants=(decode)
 if (( stage <= 7 && stop_stage >= 6 )); then
   overrides=()
   for ((i = 0; i < ${#decode_args[@]}; i += 2)); do
-    key=${decode_args[i]#--}; overrides+=("decode.${key//-/_}=${decode_args[i + 1]}")
+    key=${decode_args[i]#--}; value=${decode_args[i + 1]}
+    case $key in  # as asr decode takes them: one speed replaces an ensemble, an ensemble one speed
+      speed) overrides+=("decode.speed=$value" "decode.speeds=[]") ;;
+      speeds) overrides+=("decode.speeds=[$value]" "decode.speed=1.0") ;;
+      *) overrides+=("decode.${key//-/_}=$value") ;;
+    esac
   done
   IFS='|' read -r mode beam decoding played < <("$PYTHON" -c 'import sys; from asr.config import load_config
 d = load_config(sys.argv[1], sys.argv[2:]).decode
