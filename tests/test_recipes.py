@@ -120,7 +120,7 @@ def test_fsdd_recipe_plumbing(tmp_path):
     results = (recipe / "exp" / "transformer" / "RESULTS.md").read_text()
     assert "| test |" in results and "| test CTC only |" in results  # the joint search, and CTC alone beside it
     played = ", audio played at 1x, 1.1x, 1.2x and combined on hypotheses (decode.speeds)"  # the config's, in both
-    assert f"attention, beam 3, CTC weight 0.7{played}" in results  # the config's decoding with the command line's beam
+    assert f"attention, beam 3, CTC weight 0.9{played}" in results  # the config's decoding with the command line's beam
     assert f"ctc_beam, beam 3{played}: the same model without its decoder" in results
     for folder, label in (("decode", "test"), ("decode_ctc", "test CTC only")):
         decoded = recipe / "exp" / "transformer" / "avg1" / f"{folder}_test"
