@@ -13,7 +13,8 @@ whole in every view, and the best mean score wins:
 log p_ctc sums all alignments (the CTC forward algorithm), log p_att is the decoder's, teacher
 forced: no beam or prefix approximations in the choice. The views are combined on hypotheses,
 not on frame posteriors (their frames do not line up: each speed has its own number of them).
-With one view the choice is the search's own best.
+With one view the choice is the search's own best. ``length_norm`` ranks within each view's
+search only; the pooled choice is by the scores above.
 """
 
 from __future__ import annotations
