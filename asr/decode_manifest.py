@@ -91,7 +91,7 @@ def decode_manifest(
                 out.write(json.dumps({"id": uid, "text": text, "score": round(h.score, 4)}, ensure_ascii=False) + "\n")
                 seen.add(uid)
             out.flush()
-            stats.audio_seconds += sum(as_recorded[i] for i in batches[k] if records[i]["id"] in seen)
+            stats.audio_seconds += sum(as_recorded[i] for i in batches[k] if records[i]["id"] in hyps)
             stats.decoded += len(ids)
             bar.update(len(batches[k]))
             bar.set_postfix(rtf=f"{(time.perf_counter() - t0) / max(stats.audio_seconds, 1e-9):.3f}")

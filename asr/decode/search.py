@@ -33,9 +33,9 @@ def recognize(
 
 
 def _recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeConfig, lm) -> list[Hypothesis]:
+    check_mode(model, cfg)  # before the encoder runs
     dev = feats.device
     memory, mem_lens = model.encode(feats, feat_lens)  # (B, S, D), (B,)
-    check_mode(model, cfg)
     if cfg.mode == "attention":
         nbest = beam_search(
             model,
