@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -114,11 +115,25 @@ def test_fsdd_recipe_plumbing(tmp_path):
     out = _run(
         recipe / "run.sh", "--num-train", "40", "--num-dev", "8", "--num-test", "8", "--vocab-size", "20",
         "--tts-voices", "2", "--set", "train.epochs=1", "--num-avg", "1", "--beam-size", "3",
+        "--adapt-set", "train.epochs=2",
     )  # fmt: skip
     for n in range(9):
         assert f"stage {n} (" in out, f"stage {n} did not run:\n{out}"
     results = (recipe / "exp" / "transformer" / "RESULTS.md").read_text()
     assert "| test |" in results and "| test CTC only |" in results  # the joint search, and CTC alone beside it
+    # One round of adaptation to the test speaker: its hypotheses as transcripts, fine-tuned from the model.
+    model = recipe / "exp" / "transformer" / "avg1"
+    pseudo = [json.loads(line) for line in (model / "decode_test" / "pseudo.jsonl").read_text().splitlines()]
+    hyps = {r["id"]: r["text"] for r in map(json.loads, (model / "decode_test" / "hyp.jsonl").read_text().splitlines())}
+    assert pseudo and all(r["text"] == hyps[r["id"]] for r in pseudo)
+    adapt_cfg = yaml.safe_load((model / "adapt" / "config.yaml").read_text())
+    assert adapt_cfg["train"]["init"] == "exp/transformer/avg1" and adapt_cfg["data"]["dev"] == ""
+    log = (recipe / "exp" / "transformer" / "logs" / "stage6.adapt1.log").read_text()
+    assert "initialised from exp/transformer/avg1" in log and "done: 2 epochs" in log
+    for folder, label in (("decode", "test adapted"), ("decode_ctc", "test adapted, CTC only")):
+        wer = json.loads((model / "adapt" / "avg1" / f"{folder}_test" / "wer.json").read_text())
+        assert f"| {label} | **{wer['wer']:.2f}** |" in results
+    assert "| dev adapted" not in results
     played = ", audio played at 1x, 1.1x, 1.2x and combined on hypotheses (decode.speeds)"  # the config's, in both
     assert f"attention, beam 3, CTC weight 0.9{played}" in results  # the config's decoding with the command line's beam
     assert f"ctc_beam, beam 3{played}: the same model without its decoder" in results
@@ -149,6 +164,7 @@ def test_fsdd_loso_two_speakers_one_table(tmp_path):
     table = (recipe / "exp" / "transformer_loso.md").read_text()
     assert "| george |" in table and "| lucas |" in table and "over 2 speakers" in table and "worst" in table
     assert "test WER %, CTC only |" in table and "Test WER, CTC only: mean" in table
+    assert "test WER %, adapted |" in table and "Test WER, adapted: mean" in table  # run.sh --adapt 1, the default
     assert "stage 4 (train): finished" in (recipe / "exp" / "transformer_lucas.log").read_text()
     (recipe / "exp" / "transformer_loso.md").unlink()
     out = _run(recipe / "loso.sh", "--speakers", "nobody george", "--jobs", "2", *tiny, fail=True)

@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--also", nargs=3, action="append", default=[], metavar=("FOLDER", "LABEL", "DECODING"),
                     help="more rows: MODEL/FOLDER_<set>/wer.json, labelled '<set> LABEL' (--loso: a column), "
                     "decoded as DECODING (text); repeatable")  # fmt: skip
+    ap.add_argument("--also-for", nargs=4, action="append", default=[], metavar=("SET", "FOLDER", "LABEL", "DECODING"),
+                    help="as --also, for one set only (e.g. a model adapted to the test set); --loso: a column when "
+                    "SET is test")  # fmt: skip
     ap.add_argument("--title", default="Results")
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--loso", action="store_true", help="one row per held-out speaker (--exp-prefix, --speakers)")
@@ -80,7 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--speakers", nargs="+", default=[])
     ap.add_argument("--model-name", default="avg5", help="--loso: the model directory inside each experiment")
     args = ap.parse_args(argv)
+    also_for = {}  # set -> its own (folder, label, decoding) rows
+    for name, *row in args.also_for:
+        also_for.setdefault(name, []).append(tuple(row))
     if args.loso:
+        args.also = args.also + also_for.get("test", [])
         return loso_table(args)
     if not (args.exp and args.model and args.sets):
         ap.error("--exp, --model and --sets are required (or --loso)")
@@ -89,8 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.lm:
         variants.append(("decode_lm", " + LM"))
     rows, lm_lines = [], []
+    unknown = set(also_for) - set(args.sets)
+    if unknown:
+        ap.error(f"--also-for names set(s) {', '.join(sorted(unknown))}, not among --sets {' '.join(args.sets)}")
     for name in args.sets:
-        for folder, suffix in variants:
+        for folder, suffix in variants + [(folder, f" {label}") for folder, label, _ in also_for.get(name, [])]:
             label = name + suffix
             f = args.model / f"{folder}_{name}" / "wer.json"
             if not f.is_file():
@@ -120,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             "",
             f"- Decoding: {args.decode or 'see the recipe'}",
             *(f"- Decoding, rows '{label}': {text}" for _, label, text in args.also),
+            *(f"- Decoding, row '{name} {label}': {text}" for name, _, label, text in args.also_for),
             *lm_lines,
             f"- Training time: {training_time(args.exp)}",
             f"- Training precision: {training_setup(args.exp)}",

@@ -13,7 +13,18 @@ import os
 import sys
 
 from .. import __version__
-from .data import add_cmvn, add_download, add_prepare, add_tokenizer, run_cmvn, run_download, run_prepare, run_tokenizer
+from .data import (
+    add_cmvn,
+    add_download,
+    add_prepare,
+    add_pseudo_label,
+    add_tokenizer,
+    run_cmvn,
+    run_download,
+    run_prepare,
+    run_pseudo_label,
+    run_tokenizer,
+)
 from .decoding import add_decode, add_score, add_transcribe, run_decode, run_score, run_transcribe
 from .lm import add_lm, run_lm
 from .models import add_import, run_import
@@ -31,6 +42,7 @@ COMMANDS = [
     ("decode", add_decode, run_decode),
     ("transcribe", add_transcribe, run_transcribe),
     ("score", add_score, run_score),
+    ("pseudo-label", add_pseudo_label, run_pseudo_label),
     ("import", add_import, run_import),
     ("lm", add_lm, run_lm),
 ]

@@ -199,3 +199,20 @@ def run_cmvn(args: argparse.Namespace) -> int:
     print(f"{args.out}: {stats.count} frames of {len(records) - len(unreadable)} utterances "
           f"({len(unreadable)} unreadable, skipped)")
     return 0
+
+
+def add_pseudo_label(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("pseudo-label", help="a manifest of untranscribed audio with a decoding's hypotheses as its "
+                       "transcripts, to adapt a model to it (asr.data.pseudo_label)")
+    p.add_argument("--manifest", required=True, help="the decoded utterances (their own text is never read)")
+    p.add_argument("--hyp", required=True, help="asr decode's output for them (hyp.jsonl)")
+    p.add_argument("--out", required=True, help="manifest to write")
+
+
+def run_pseudo_label(args: argparse.Namespace) -> int:
+    from ..data.pseudo_label import pseudo_label
+
+    stats = pseudo_label(args.manifest, args.hyp, args.out)
+    print(f"{args.out}: {stats.written} utterances with their hypotheses as transcripts; left out: "
+          f"{len(stats.no_hypothesis)} without a hypothesis, {len(stats.empty)} decoded to nothing")
+    return 0

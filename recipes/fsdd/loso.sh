@@ -6,7 +6,8 @@
 # For each speaker S: `run.sh --test-speakers S --data data_NAME_S --exp NAME_S` (stages 1-7; the data
 # and the experiment of each speaker and of each NAME are kept apart, since --seed and the prepare
 # options change the data, and finished stages are skipped on a rerun), then
-# exp/NAME_loso.md: the test WER of every speaker, their mean and the worst. Any other option
+# exp/NAME_loso.md: the test WER of every speaker, their mean and the worst; beside it, CTC alone and
+# the models adapted to their held-out speaker (run.sh --adapt, unless 0). Any other option
 # (--corpus-dir, --download, --config, --seed, --set KEY=VALUE, --stage, ...) goes to every run.sh;
 # the corpus is the one run.sh uses (the bundled corpus/fsdd unless --corpus-dir or --download).
 # --jobs N: N speakers at a time, each run given an equal share of the CPU's threads (OMP_NUM_THREADS,
@@ -24,6 +25,7 @@ exp=transformer
 corpus_dir=""
 fetch=false
 num_avg=5
+adapt=1  # run.sh's default: one round of adaptation to the held-out speaker
 jobs=1
 pass=()
 while (( $# )); do
@@ -34,6 +36,7 @@ while (( $# )); do
     --corpus-dir) corpus_dir=$(realpath -m "$2"); shift 2 ;;
     --download) fetch=true; pass+=("$1"); shift ;;
     --num-avg) num_avg=$2; pass+=("$1" "$2"); shift 2 ;;
+    --adapt) adapt=$2; pass+=("$1" "$2"); shift 2 ;;
     --test-speakers|--data) echo "loso.sh sets $1 itself (one run per speaker)" >&2; exit 2 ;;
     --force) pass+=("$1"); shift ;;
     *) pass+=("$1" "$2"); shift 2 ;;
@@ -84,6 +87,15 @@ also=()  # models with a decoder were also decoded by CTC alone (run.sh): a colu
 first=($speakers)
 if [[ -f $here/exp/${exp}_${first[0]}/avg$num_avg/decode_ctc_test/wer.json ]]; then
   also=(--also decode_ctc "CTC only" "CTC prefix beam search: the same models without their decoder")
+fi
+if [[ $adapt =~ ^[1-9][0-9]*$ ]]; then  # and adapted to their held-out speaker (run.sh --adapt): columns beside
+  rel=""
+  for ((r = 1; r <= adapt; r++)); do rel+="adapt/avg$num_avg/"; done
+  how="the models adapted to their held-out speaker, $adapt round(s) of fine-tuning on their own hypotheses of his test set"
+  also+=(--also "${rel}decode" adapted "$how")
+  if [[ -f $here/exp/${exp}_${first[0]}/avg$num_avg/${rel}decode_ctc_test/wer.json ]]; then
+    also+=(--also "${rel}decode_ctc" "adapted, CTC only" "CTC prefix beam search, $how")
+  fi
 fi
 "$PYTHON" "$repo/tools/results_table.py" --loso --exp-prefix "$here/exp/${exp}_" --speakers $speakers --model-name "avg$num_avg" \
   "${also[@]}" --title "FSDD, every speaker held out in turn ($exp)" --out "$here/exp/${exp}_loso.md"

@@ -5,7 +5,7 @@
 #       [--set KEY=VALUE ...] [--test-speakers "S ..."] [--mode M] [--beam-size N] [--ctc-weight W]
 #       [--speed F | --speeds F,F,...]
 #       [--exp NAME] [--config YAML] [--num-train N] [--num-dev N] [--num-test N] [--trim-prob P] [--data DIR]
-#       [--tts-voices N] [--tts-share P] [--seed N]
+#       [--tts-voices N] [--tts-share P] [--seed N] [--adapt N] [--adapt-set KEY=VALUE ...]
 #
 # --seed N: the seed of every random draw: the utterances (asr prepare fsdd --seed N) and, unless N is
 # 0, the training (train.seed=N: initialisation, batches, augmentation; 0 keeps the config's seed).
@@ -25,7 +25,11 @@
 #   4 training                                                  -> exp/<exp>/ (a model directory)
 #   5 checkpoint averaging                                      -> exp/<exp>/avg<N>/
 #   6 decoding of dev (training speakers' held-out takes) and test (an unseen speaker); with a decoder,
-#     also by CTC alone
+#     also by CTC alone; then --adapt N rounds (default 1) of unsupervised adaptation to the unseen
+#     speaker: the test set's own hypotheses become its transcripts (asr pseudo-label; no reference is
+#     read), the model is fine-tuned on them from its own weights (10 epochs at a constant 5e-4;
+#     --adapt-set KEY=VALUE changes it), the last N checkpoints are averaged, the test set is decoded
+#     again                                                     -> exp/<exp>/avg<N>/adapt/avg<N>/
 #   7 scoring                                                   -> exp/<exp>/RESULTS.md
 #   8 `asr transcribe` of one held-out test utterance
 set -euo pipefail
@@ -46,6 +50,9 @@ prepare_args=()       # --num-train/--num-dev/--num-test (utterances per split),
 train_sets=()
 tts_voices=100        # synthetic training speakers (espeak-ng), 0: none (README, FSDD: unseen-speaker WER)
 tts_share=0.4         # share of the training utterances they speak
+adapt=1               # rounds of unsupervised adaptation to the test speaker (0: none)
+adapt_sets=(--set train.epochs=10 --set train.scheduler=constant --set train.lr=0.0005 --set train.warmup_steps=0
+            --set train.keep_best=0 --set 'data.dev=""')  # fine-tuning: the last checkpoints are averaged, no dev set
 data=data             # prepared data (relative to this folder): one per choice of test speakers
 while (( $# )); do
   if parse_common_flag "$@"; then shift "$shift_by"; continue; fi
@@ -63,10 +70,13 @@ while (( $# )); do
     --num-train|--num-dev|--num-test|--trim-prob) prepare_args+=("$1" "$2"); shift 2 ;;
     --tts-voices) tts_voices=$2; shift 2 ;;
     --tts-share) tts_share=$2; shift 2 ;;
+    --adapt) adapt=$2; shift 2 ;;
+    --adapt-set) adapt_sets+=(--set "$2"); shift 2 ;;
     --set) train_sets+=(--set "$2"); shift 2 ;;
     *) echo "unknown option $1 (see the header of $0)" >&2; exit 2 ;;
   esac
 done
+[[ $adapt =~ ^[0-9]+$ ]] || { echo "run.sh: --adapt expects a number of rounds (0: none), got '$adapt'" >&2; exit 2; }
 (( seed == 0 )) || train_sets=(--set "train.seed=$seed" "${train_sets[@]}")  # a --set of the user's wins
 if [[ -z $corpus_dir ]]; then
   if $fetch; then corpus_dir=$here/downloads/fsdd; else corpus_dir=$repo/corpus/fsdd; fi
@@ -135,6 +145,31 @@ for set in dev test; do
   done
 done
 
+# Unsupervised adaptation to the unseen speaker (asr.data.pseudo_label), --adapt rounds: each nests in the
+# model it adapts (MODEL/adapt: the fine-tuning, MODEL/adapt/avgN: the adapted model, decoded again).
+adapted=()  # the adapted models, round by round
+src=$model
+for ((r = 1; r <= adapt; r++)); do
+  dst=$src/adapt
+  run_stage 6 "pseudo_label$r" "$src/decode_test/.done.pseudo" "$expdir/logs" -- \
+    "${ASR[@]}" pseudo-label --manifest "$data/test.jsonl" --hyp "$src/decode_test/hyp.jsonl" \
+      --out "$src/decode_test/pseudo.jsonl"
+  run_stage 6 "adapt$r" "$dst/.done.train" "$expdir/logs" -- \
+    "${ASR[@]}" train --config "$src/config.yaml" --out "$dst" --set train.init="$src" \
+      --set data.train="$src/decode_test/pseudo.jsonl" --set data.tokenizer="$data/tokenizer" \
+      --set data.cmvn="$data/cmvn.json" --set train.keep_last="$num_avg" "${adapt_sets[@]}"
+  run_stage 6 "adapt${r}_average" "$dst/avg$num_avg/.done.average" "$expdir/logs" -- \
+    "${ASR[@]}" average --exp "$dst" --num "$num_avg" --by last --out "$dst/avg$num_avg"
+  src=$dst/avg$num_avg
+  adapted+=("$src")
+  for v in "${variants[@]}"; do
+    args=("${decode_args[@]}")
+    [[ $v == decode_ctc ]] && args+=(--mode ctc_beam --beam-size "$beam")
+    run_stage 6 "adapt${r}_${v}_test" "$src/${v}_test/.done" "$expdir/logs" -- \
+      "${ASR[@]}" decode --model "$src" --manifest "$data/test.jsonl" --out "$src/${v}_test/hyp.jsonl" "${args[@]}"
+  done
+done
+
 for set in dev test; do
   for v in "${variants[@]}"; do
     run_stage 7 "${v/decode/score}_$set" "$model/${v}_$set/.done.score" "$expdir/logs" -- \
@@ -142,9 +177,23 @@ for set in dev test; do
         --report "$model/${v}_$set/report.txt" --json-out "$model/${v}_$set/wer.json"
   done
 done
+for ((r = 1; r <= ${#adapted[@]}; r++)); do
+  m=${adapted[r - 1]}
+  for v in "${variants[@]}"; do
+    run_stage 7 "adapt${r}_${v/decode/score}_test" "$m/${v}_test/.done.score" "$expdir/logs" -- \
+      "${ASR[@]}" score --ref "$data/test.jsonl" --hyp "$m/${v}_test/hyp.jsonl" \
+        --report "$m/${v}_test/report.txt" --json-out "$m/${v}_test/wer.json"
+  done
+done
 if (( stage <= 7 && stop_stage >= 7 )); then
   also=()
   [[ ${#variants[@]} == 2 ]] && also=(--also decode_ctc "CTC only" "ctc_beam, beam $beam$played: the same model without its decoder")
+  if (( adapt > 0 )); then
+    rel=${adapted[-1]#"$model/"}
+    how="the model adapted to the test speaker ($adapt round(s) of fine-tuning on its own hypotheses of the test set; asr pseudo-label)"
+    also+=(--also-for test "$rel/decode" adapted "$decoding, $how")
+    [[ ${#variants[@]} == 2 ]] && also+=(--also-for test "$rel/decode_ctc" "adapted, CTC only" "ctc_beam, beam $beam$played, $how")
+  fi
   "$PYTHON" "$repo/tools/results_table.py" --exp "$expdir" --model "$model" --sets dev test "${also[@]}" \
     --decode "$decoding, average of the $num_avg best checkpoints" \
     --title "FSDD connected digits, $(basename "$config")" --out "$expdir/RESULTS.md"
