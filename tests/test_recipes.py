@@ -121,18 +121,21 @@ def test_fsdd_recipe_plumbing(tmp_path):
         assert f"stage {n} (" in out, f"stage {n} did not run:\n{out}"
     results = (recipe / "exp" / "transformer" / "RESULTS.md").read_text()
     assert "| test |" in results and "| test CTC only |" in results  # the joint search, and CTC alone beside it
-    # One round of adaptation to the test speaker: its hypotheses as transcripts, fine-tuned from the model.
+    # Two rounds of adaptation to the test speaker (the default): each fine-tunes the model before it on that
+    # model's own hypotheses of the test set, and the table shows the last.
     model = recipe / "exp" / "transformer" / "avg1"
-    pseudo = [json.loads(line) for line in (model / "decode_test" / "pseudo.jsonl").read_text().splitlines()]
-    hyps = {r["id"]: r["text"] for r in map(json.loads, (model / "decode_test" / "hyp.jsonl").read_text().splitlines())}
-    assert pseudo and all(r["text"] == hyps[r["id"]] for r in pseudo)
-    adapt_cfg = yaml.safe_load((model / "adapt" / "config.yaml").read_text())
-    assert adapt_cfg["train"]["init"] == "exp/transformer/avg1" and adapt_cfg["data"]["dev"] == ""
-    log = (recipe / "exp" / "transformer" / "logs" / "stage6.adapt1.log").read_text()
-    assert "initialised from exp/transformer/avg1" in log and "done: 2 epochs" in log
+    for rnd, src in enumerate((model, model / "adapt" / "avg1"), 1):
+        pseudo = [json.loads(line) for line in (src / "decode_test" / "pseudo.jsonl").read_text().splitlines()]
+        hyps = [json.loads(line) for line in (src / "decode_test" / "hyp.jsonl").read_text().splitlines()]
+        assert pseudo and all(r["text"] == {h["id"]: h["text"] for h in hyps}[r["id"]] for r in pseudo)
+        adapt_cfg = yaml.safe_load((src / "adapt" / "config.yaml").read_text())
+        assert adapt_cfg["train"]["init"] == str(src.relative_to(recipe)) and adapt_cfg["data"]["dev"] == ""
+        log = (recipe / "exp" / "transformer" / "logs" / f"stage6.adapt{rnd}.log").read_text()
+        assert f"initialised from {src.relative_to(recipe)}" in log and "done: 2 epochs" in log
     for folder, label in (("decode", "test adapted"), ("decode_ctc", "test adapted, CTC only")):
-        wer = json.loads((model / "adapt" / "avg1" / f"{folder}_test" / "wer.json").read_text())
+        wer = json.loads((model / "adapt" / "avg1" / "adapt" / "avg1" / f"{folder}_test" / "wer.json").read_text())
         assert f"| {label} | **{wer['wer']:.2f}** |" in results
+    assert "2 round(s) of fine-tuning" in results
     assert "| dev adapted" not in results
     played = ", audio played at 1x, 1.1x, 1.2x and combined on hypotheses (decode.speeds)"  # the config's, in both
     assert f"attention, beam 3, CTC weight 0.9{played}" in results  # the config's decoding with the command line's beam
@@ -164,7 +167,9 @@ def test_fsdd_loso_two_speakers_one_table(tmp_path):
     table = (recipe / "exp" / "transformer_loso.md").read_text()
     assert "| george |" in table and "| lucas |" in table and "over 2 speakers" in table and "worst" in table
     assert "test WER %, CTC only |" in table and "Test WER, CTC only: mean" in table
-    assert "test WER %, adapted |" in table and "Test WER, adapted: mean" in table  # run.sh --adapt 1, the default
+    assert "test WER %, adapted |" in table and "Test WER, adapted: mean" in table  # run.sh --adapt 2, the default
+    twice = recipe / "exp" / "transformer_lucas" / "avg1" / "adapt" / "avg1" / "adapt" / "avg1"
+    assert (twice / "decode_test" / "wer.json").is_file()
     assert "stage 4 (train): finished" in (recipe / "exp" / "transformer_lucas.log").read_text()
     (recipe / "exp" / "transformer_loso.md").unlink()
     out = _run(recipe / "loso.sh", "--speakers", "nobody george", "--jobs", "2", *tiny, fail=True)

@@ -25,7 +25,7 @@ exp=transformer
 corpus_dir=""
 fetch=false
 num_avg=5
-adapt=1  # run.sh's default: one round of adaptation to the held-out speaker
+adapt=2  # run.sh's default: two rounds of adaptation to the held-out speaker
 jobs=1
 pass=()
 while (( $# )); do
