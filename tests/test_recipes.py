@@ -136,6 +136,7 @@ def test_fsdd_recipe_plumbing(tmp_path):
         wer = json.loads((model / "adapt" / "avg1" / "adapt" / "avg1" / f"{folder}_test" / "wer.json").read_text())
         assert f"| {label} | **{wer['wer']:.2f}** |" in results
     assert "2 round(s) of fine-tuning" in results
+    assert not (model / "adapt" / "avg1" / "decode_ctc_test").exists()  # a round before the last: joint search only
     assert "| dev adapted" not in results
     played = ", audio played at 1x, 1.1x, 1.2x and combined on hypotheses (decode.speeds)"  # the config's, in both
     assert f"attention, beam 3, CTC weight 0.9{played}" in results  # the config's decoding with the command line's beam

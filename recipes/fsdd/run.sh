@@ -163,7 +163,9 @@ for ((r = 1; r <= adapt; r++)); do
     "${ASR[@]}" average --exp "$dst" --num "$num_avg" --by last --out "$dst/avg$num_avg"
   src=$dst/avg$num_avg
   adapted+=("$src")
-  for v in "${variants[@]}"; do
+  round_variants=("${variants[@]}")
+  (( r < adapt )) && round_variants=(decode)  # a round before the last: only what the next one learns from
+  for v in "${round_variants[@]}"; do
     args=("${decode_args[@]}")
     [[ $v == decode_ctc ]] && args+=(--mode ctc_beam --beam-size "$beam")
     run_stage 6 "adapt${r}_${v}_test" "$src/${v}_test/.done" "$expdir/logs" -- \
@@ -180,7 +182,9 @@ for set in dev test; do
 done
 for ((r = 1; r <= ${#adapted[@]}; r++)); do
   m=${adapted[r - 1]}
-  for v in "${variants[@]}"; do
+  round_variants=("${variants[@]}")
+  (( r < adapt )) && round_variants=(decode)
+  for v in "${round_variants[@]}"; do
     run_stage 7 "adapt${r}_${v/decode/score}_test" "$m/${v}_test/.done.score" "$expdir/logs" -- \
       "${ASR[@]}" score --ref "$data/test.jsonl" --hyp "$m/${v}_test/hyp.jsonl" \
         --report "$m/${v}_test/report.txt" --json-out "$m/${v}_test/wer.json"
