@@ -137,12 +137,21 @@ print(d.mode, d.beam_size, f"{d.mode}, beam {d.beam_size}" + ("" if d.mode.start
     "$model/config.yaml" "${overrides[@]}")
   [[ $mode == ctc_* ]] || variants+=(decode_ctc)
 fi
+decode_set() {  # decode_set STAGE_NAME MODEL VARIANT SET: stage 6 -> MODEL/VARIANT_SET/hyp.jsonl
+  local m=$2 v=$3 set=$4 args=("${decode_args[@]}")
+  [[ $v == decode_ctc ]] && args+=(--mode ctc_beam --beam-size "$beam")  # the last of a repeated option counts
+  run_stage 6 "$1" "$m/${v}_$set/.done" "$expdir/logs" -- \
+    "${ASR[@]}" decode --model "$m" --manifest "$data/$set.jsonl" --out "$m/${v}_$set/hyp.jsonl" "${args[@]}"
+}
+score_set() {  # score_set STAGE_NAME MODEL VARIANT SET: stage 7 -> MODEL/VARIANT_SET/{wer.json,report.txt}
+  local m=$2 v=$3 set=$4
+  run_stage 7 "$1" "$m/${v}_$set/.done.score" "$expdir/logs" -- \
+    "${ASR[@]}" score --ref "$data/$set.jsonl" --hyp "$m/${v}_$set/hyp.jsonl" \
+      --report "$m/${v}_$set/report.txt" --json-out "$m/${v}_$set/wer.json"
+}
 for set in dev test; do
   for v in "${variants[@]}"; do
-    args=("${decode_args[@]}")
-    [[ $v == decode_ctc ]] && args+=(--mode ctc_beam --beam-size "$beam")  # the last of a repeated option counts
-    run_stage 6 "${v}_$set" "$model/${v}_$set/.done" "$expdir/logs" -- \
-      "${ASR[@]}" decode --model "$model" --manifest "$data/$set.jsonl" --out "$model/${v}_$set/hyp.jsonl" "${args[@]}"
+    decode_set "${v}_$set" "$model" "$v" "$set"
   done
 done
 
@@ -166,18 +175,13 @@ for ((r = 1; r <= adapt; r++)); do
   round_variants=("${variants[@]}")
   (( r < adapt )) && round_variants=(decode)  # a round before the last: only what the next one learns from
   for v in "${round_variants[@]}"; do
-    args=("${decode_args[@]}")
-    [[ $v == decode_ctc ]] && args+=(--mode ctc_beam --beam-size "$beam")
-    run_stage 6 "adapt${r}_${v}_test" "$src/${v}_test/.done" "$expdir/logs" -- \
-      "${ASR[@]}" decode --model "$src" --manifest "$data/test.jsonl" --out "$src/${v}_test/hyp.jsonl" "${args[@]}"
+    decode_set "adapt${r}_${v}_test" "$src" "$v" test
   done
 done
 
 for set in dev test; do
   for v in "${variants[@]}"; do
-    run_stage 7 "${v/decode/score}_$set" "$model/${v}_$set/.done.score" "$expdir/logs" -- \
-      "${ASR[@]}" score --ref "$data/$set.jsonl" --hyp "$model/${v}_$set/hyp.jsonl" \
-        --report "$model/${v}_$set/report.txt" --json-out "$model/${v}_$set/wer.json"
+    score_set "${v/decode/score}_$set" "$model" "$v" "$set"
   done
 done
 for ((r = 1; r <= ${#adapted[@]}; r++)); do
@@ -185,9 +189,7 @@ for ((r = 1; r <= ${#adapted[@]}; r++)); do
   round_variants=("${variants[@]}")
   (( r < adapt )) && round_variants=(decode)
   for v in "${round_variants[@]}"; do
-    run_stage 7 "adapt${r}_${v/decode/score}_test" "$m/${v}_test/.done.score" "$expdir/logs" -- \
-      "${ASR[@]}" score --ref "$data/test.jsonl" --hyp "$m/${v}_test/hyp.jsonl" \
-        --report "$m/${v}_test/report.txt" --json-out "$m/${v}_test/wer.json"
+    score_set "adapt${r}_${v/decode/score}_test" "$m" "$v" test
   done
 done
 if (( stage <= 7 && stop_stage >= 7 )); then
