@@ -11,10 +11,11 @@
 # (--corpus-dir, --download, --config, --seed, --set KEY=VALUE, --stage, ...) goes to every run.sh;
 # the corpus is the one run.sh uses (the bundled corpus/fsdd unless --corpus-dir or --download).
 # --jobs N: N speakers at a time, each run given an equal share of the CPU's threads (OMP_NUM_THREADS,
-# at least 1) and its output in exp/NAME_S.log. On the 2-core AMX Xeon, two 1-thread runs train 2.05x
-# as many utterances per second as one 2-thread run (tools/bench_jobs.py, README, FSDD): the model is
-# too small for a second thread to speed up one run. The WERs may differ in the last digits from a --jobs 1 run (sums split
-# differently over threads). A failed run is named; the others run to their end all the same.
+# at least 1) and its output in exp/NAME_S.log. On the 2-core AMX Xeon in bf16, two 1-thread runs
+# train 2.05x as many utterances per second as one 2-thread run (tools/bench_jobs.py, README, FSDD):
+# there the model is too small for a second thread to speed up one run; limited to AVX2 in fp32 it
+# is not (1.10x). The WERs may differ in the last digits from a --jobs 1 run (sums split differently
+# over threads). A failed run is named; the others run to their end all the same.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
