@@ -13,6 +13,7 @@ import soundfile as sf
 from asr.cli import main
 from asr.data.manifest import ManifestError, read_manifest
 from asr.data.pseudo_label import pseudo_label
+from asr.scoring import ScoringError
 
 
 def _corpus(tmp_path, n=4):
@@ -54,10 +55,10 @@ def test_errors_name_the_files(tmp_path):
     with pytest.raises(ManifestError, match=r"hyp\.jsonl: no utterance .* non-empty hypothesis"):
         pseudo_label(manifest, _hyps(tmp_path / "hyp.jsonl", [("u0", "")]), tmp_path / "o.jsonl")
     (tmp_path / "bad.jsonl").write_text('{"id": "u0", "text": "A"}\n{"id": "u1"}\n')
-    with pytest.raises(ManifestError, match=r"bad\.jsonl:2: not a hypothesis line"):
+    with pytest.raises(ScoringError, match=r"bad\.jsonl:2: expected an object with 'id' and 'text'"):
         pseudo_label(manifest, tmp_path / "bad.jsonl", tmp_path / "o.jsonl")
     _hyps(tmp_path / "twice.jsonl", [("u0", "A"), ("u0", "B")])
-    with pytest.raises(ManifestError, match=r"twice\.jsonl:2: id 'u0' is repeated"):
+    with pytest.raises(ScoringError, match=r"twice\.jsonl:2: duplicate id 'u0'"):
         pseudo_label(manifest, tmp_path / "twice.jsonl", tmp_path / "o.jsonl")
     assert not (tmp_path / "o.jsonl").exists()
 

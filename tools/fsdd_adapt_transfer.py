@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 from collections import defaultdict
@@ -87,12 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         asr("decode", "--model", str(model), "--manifest", str(sets[name]), "--out", str(hyp), *dec, log=log)
         return hyp
 
-    model = out / "model"  # a copy, so nothing is written beside the recipe's model
-    if not model.exists():
-        subprocess.run(["cp", "-r", str(args.model), str(model)], check=True)
-        for d in model.iterdir():
-            if d.is_dir():
-                subprocess.run(["rm", "-rf", str(d)], check=True)  # the recipe's decodings and adaptations
+    model = out / "model"  # a copy of the model's files (not the recipe's decodings and adaptations beside them)
+    model.mkdir(exist_ok=True)
+    for f in args.model.iterdir():
+        if f.is_file():
+            shutil.copy2(f, model)
     rows = {"a": [], "b": []}
     for r in range(args.rounds + 1):
         hyp_a = decode(model, "a")

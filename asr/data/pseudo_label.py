@@ -11,11 +11,11 @@ so a corpus key that names the words (FSDD's ``takes``) cannot leak into the tar
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass, field
 
+from ..scoring import read_transcripts
 from .manifest import ManifestError, read_manifest, write_manifest
 
 __all__ = ["PseudoLabelStats", "pseudo_label"]
@@ -32,32 +32,14 @@ class PseudoLabelStats:
     empty: list[str] = field(default_factory=list)  # decoded to nothing: no target to train on
 
 
-def read_hypotheses(path: str | os.PathLike) -> dict[str, str]:
-    """``{id: text}`` of an ``asr decode`` output (JSON Lines with ``id`` and ``text``); a malformed line or a
-    repeated id is an error naming the file and line."""
-    hyps: dict[str, str] = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                uid, text = rec["id"], rec["text"]
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise ManifestError(f"{path}:{n}: not a hypothesis line ({{'id', 'text'}}): {e}") from None
-            if uid in hyps:
-                raise ManifestError(f"{path}:{n}: id {uid!r} is repeated")
-            hyps[uid] = str(text)
-    return hyps
-
-
 def pseudo_label(manifest: str | os.PathLike, hyp: str | os.PathLike, out: str | os.PathLike) -> PseudoLabelStats:
     """Write ``out``: the utterances of ``manifest`` with the text of ``hyp`` (``asr decode``'s output).
 
     An utterance without a hypothesis, or whose hypothesis is empty, is left out, logged by id and counted;
-    a hypothesis whose id is not in the manifest is an error (the decoding was of another manifest)."""
+    a hypothesis whose id is not in the manifest is an error (the decoding was of another manifest), and so is
+    a malformed line or a repeated id in ``hyp`` (read as ``asr score`` reads it: ``asr.scoring.read_transcripts``)."""
     records = read_manifest(manifest)
-    hyps = read_hypotheses(hyp)
+    hyps = read_transcripts(hyp)
     known = {r["id"] for r in records}
     foreign = [uid for uid in hyps if uid not in known]
     if foreign:

@@ -157,6 +157,9 @@ done
 
 # Unsupervised adaptation to the unseen speaker (asr.data.pseudo_label), --adapt rounds: each nests in the
 # model it adapts (MODEL/adapt: the fine-tuning, MODEL/adapt/avgN: the adapted model, decoded again).
+round_variants() {  # round_variants R: the decodings of round R; one before the last: only what the next learns from
+  if (( $1 < adapt )); then echo decode; else echo "${variants[@]}"; fi
+}
 adapted=()  # the adapted models, round by round
 src=$model
 for ((r = 1; r <= adapt; r++)); do
@@ -172,9 +175,7 @@ for ((r = 1; r <= adapt; r++)); do
     "${ASR[@]}" average --exp "$dst" --num "$num_avg" --by last --out "$dst/avg$num_avg"
   src=$dst/avg$num_avg
   adapted+=("$src")
-  round_variants=("${variants[@]}")
-  (( r < adapt )) && round_variants=(decode)  # a round before the last: only what the next one learns from
-  for v in "${round_variants[@]}"; do
+  for v in $(round_variants "$r"); do
     decode_set "adapt${r}_${v}_test" "$src" "$v" test
   done
 done
@@ -186,9 +187,7 @@ for set in dev test; do
 done
 for ((r = 1; r <= ${#adapted[@]}; r++)); do
   m=${adapted[r - 1]}
-  round_variants=("${variants[@]}")
-  (( r < adapt )) && round_variants=(decode)
-  for v in "${round_variants[@]}"; do
+  for v in $(round_variants "$r"); do
     score_set "adapt${r}_${v/decode/score}_test" "$m" "$v" test
   done
 done
