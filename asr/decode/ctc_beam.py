@@ -49,17 +49,22 @@ class _PrefixLM:
 
 
 
-def _logadd(*xs: float) -> float:
-    m = max(xs)
-    if m == NEG_INF:
-        return NEG_INF
-    return m + math.log(sum(math.exp(x - m) for x in xs))
+def _logadd(a: float, b: float) -> float:
+    """log(exp(a) + exp(b))."""
+    if a < b:
+        a, b = b, a
+    if b == NEG_INF:
+        return a
+    return a + math.log(1.0 + math.exp(b - a))
 
 
 def _add(table: dict[tuple[int, ...], list[float]], prefix: tuple[int, ...], pb: float, pnb: float) -> None:
-    cur = table.setdefault(prefix, [NEG_INF, NEG_INF])
-    cur[0] = _logadd(cur[0], pb)
-    cur[1] = _logadd(cur[1], pnb)
+    cur = table.get(prefix)
+    if cur is None:
+        table[prefix] = [pb, pnb]
+    else:
+        cur[0] = _logadd(cur[0], pb)
+        cur[1] = _logadd(cur[1], pnb)
 
 
 def _prefix_beam_one(lp: torch.Tensor, beam: int, plm: _PrefixLM | None = None, lm_weight: float = 0.0,
@@ -77,9 +82,10 @@ def _prefix_beam_one(lp: torch.Tensor, beam: int, plm: _PrefixLM | None = None, 
             plm.prepare(hyps)
         for prefix, (pb, pnb) in hyps.items():
             last = prefix[-1] if prefix else None
+            both = _logadd(pb, pnb)
             for p, s in zip(frame_lp, frame_ids, strict=True):
                 if s == BLANK_ID:
-                    _add(nxt, prefix, _logadd(pb, pnb) + p, NEG_INF)
+                    _add(nxt, prefix, both + p, NEG_INF)
                     continue
                 if plm is not None:
                     plm.extend(prefix, s)
@@ -87,7 +93,7 @@ def _prefix_beam_one(lp: torch.Tensor, beam: int, plm: _PrefixLM | None = None, 
                     _add(nxt, prefix, NEG_INF, pnb + p)  # repeat merged into the same token
                     _add(nxt, prefix + (s,), NEG_INF, pb + p)  # a blank separated the two: a new token
                 else:
-                    _add(nxt, prefix + (s,), NEG_INF, _logadd(pb, pnb) + p)
+                    _add(nxt, prefix + (s,), NEG_INF, both + p)
         ranked = sorted(nxt.items(), key=rank, reverse=True)[:beam]
         hyps = {k: (v[0], v[1]) for k, v in ranked}
     if plm is None:
