@@ -275,9 +275,10 @@ def test_feature_cache_returns_the_same_items_and_computes_each_once(libri, monk
     cached = ASRDataset(records, tok, cfg, train=True)
     import asr.data.dataset as dataset_module
 
-    calls = []
-    real = dataset_module.compute_features
+    calls, reads = [], []
+    real, real_load = dataset_module.compute_features, dataset_module.load_audio
     monkeypatch.setattr(dataset_module, "compute_features", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(dataset_module, "load_audio", lambda *a, **k: reads.append(a[0]) or real_load(*a, **k))
     for epoch in range(4):
         plain.set_epoch(epoch)
         cached.set_epoch(epoch)
@@ -288,6 +289,17 @@ def test_feature_cache_returns_the_same_items_and_computes_each_once(libri, monk
     distinct = len(cached._cache)
     assert distinct < 4 * len(records), "some (utterance, speed) pairs must repeat across 4 epochs"
     assert len(calls) == 4 * len(records) + distinct  # the plain dataset every time, the cached one once per pair
+    # the audio: the plain dataset reads it every time, the cached one once per utterance, and lets it
+    # go when all three speeds of it are cached
+    assert len(reads) == 4 * len(records) + len(records)
+    complete = {i for i in range(len(records)) if all((i, f) in cached._cache for f in (0.9, 1.0, 1.1))}
+    assert set(cached._waves) == set(range(len(records))) - complete
+    for epoch in range(4, 40):  # until every speed of every utterance is cached
+        cached.set_epoch(epoch)
+        for i in range(len(records)):
+            cached[i]
+    assert len(cached._cache) == 3 * len(records) and not cached._waves
+    assert len(reads) == 5 * len(records)
 
 
 def test_freq_warp_moves_a_tone_like_a_higher_tone() -> None:

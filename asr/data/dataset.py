@@ -80,7 +80,8 @@ class ASRDataset(Dataset):
 
     With ``data_cfg.cache_features`` (no workers, no dither) the fbank of each (utterance, speed
     factor) is computed once and kept in memory: later epochs only augment and batch it. The
-    features are the same as without the cache, so training is too.
+    features are the same as without the cache, so training is too. The audio an utterance's speeds
+    are computed from is read (and resampled) once too, and let go when every speed of it is cached.
     """
 
     def __init__(
@@ -101,6 +102,7 @@ class ASRDataset(Dataset):
         self._cache: dict[tuple[int, float], tuple[torch.Tensor, float]] | None = (
             {} if data_cfg.cache_features else None
         )
+        self._waves: dict[int, torch.Tensor] = {}  # index -> audio, while some speed of it is not cached
 
     def __len__(self) -> int:
         return len(self._durations)
@@ -145,6 +147,8 @@ class ASRDataset(Dataset):
                 return None
             if self._cache is not None:
                 self._cache[key] = hit
+                if all((index, f) in self._cache for f in self.speed_factors):
+                    self._waves.pop(index, None)
         feats, duration = hit
         return {
             "id": rec["id"],
@@ -157,7 +161,11 @@ class ASRDataset(Dataset):
     def _features(self, rec: dict[str, Any], index: int, factor: float) -> tuple[torch.Tensor, float]:
         """fbank (T, F) of a record at speed ``factor``, and its duration in seconds after perturbation."""
         sr = self.cfg.sample_rate
-        wav = load_audio(rec["audio"], sr, rec.get("offset", 0.0), rec.get("end"))  # (N,)
+        wav = self._waves.get(index)
+        if wav is None:
+            wav = load_audio(rec["audio"], sr, rec.get("offset", 0.0), rec.get("end"))  # (N,)
+            if self._cache is not None and len(self.speed_factors) > 1:
+                self._waves[index] = wav  # read again for the next speed otherwise
         wav = speed_perturb(wav, sr, factor)
         if self.dither > 0:
             with torch.random.fork_rng(devices=[]):  # dither draws from the global RNG
