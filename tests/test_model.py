@@ -107,6 +107,65 @@ def test_kv_cache_reproduces_teacher_forcing(norm):
     assert (lp - full[perm, 3]).abs().max() <= TOL
 
 
+def test_kv_cache_grows_reorders_and_shrinks_exactly():
+    """Past the buffer's first chunk (40 tokens > CHUNK), through reorders that repeat rows and a
+    shrink to fewer rows (as greedy search drops finished utterances), every step's logits equal
+    teacher forcing of the row's own token history; the two buffers swap instead of reallocating, and
+    a reorder that moves one row whose source stays put copies it in place."""
+    from asr.model.kv_cache import CHUNK
+
+    model = small_model()
+    g = torch.Generator().manual_seed(5)
+    n, steps = 4, CHUNK + 8
+    feats, lens = torch.randn(n, 40, 80, generator=g), torch.tensor([40, 33, 21, 9])
+    tokens = torch.randint(2, 22, (n, steps), generator=g)
+    reorders = {3: torch.tensor([1, 1, 0, 3]), 10: torch.tensor([0, 1, 3, 3]), 20: torch.tensor([3, 2, 2, 0]),
+                36: torch.tensor([2, 0])}  # fmt: skip
+    with torch.no_grad():
+        mem, ml = model.encode(feats, lens)
+        cache = model.decoder.init_cache(mem, ml)
+        hist = torch.arange(n).unsqueeze(1).expand(n, steps)  # (row, step): the utterance whose token row has
+        utt = torch.arange(n)  # the utterance (memory) each row belongs to
+        buffers = []
+        worst = 0.0
+        for t in range(steps):
+            if t in reorders:
+                idx = reorders[t]
+                buffers.append(cache.self_kv._buf.untyped_storage().data_ptr())
+                hist, utt = hist[idx], utt[idx]
+                cache = cache.index_select(idx, cross_index=idx)
+                buffers.append(cache.self_kv._buf.untyped_storage().data_ptr())
+            rows_tokens = tokens[hist[:, t], t]
+            logits, cache = model.decoder.step(rows_tokens, cache)
+            hist_tokens = torch.stack([tokens[hist[:, s], s] for s in range(t + 1)], 1)  # (rows, t + 1)
+            full = model.decoder(hist_tokens, mem[utt], ml[utt])[:, -1]
+            worst = max(worst, float((logits - full).abs().max()))
+    assert cache.length == steps
+    assert worst <= TOL
+    first, spare, _, _, _, back = buffers[:6]  # the buffer before and after each reorder
+    assert spare != first  # the first reorder copies every row into a new spare buffer
+    assert buffers[2] == buffers[3] == spare  # one moved row whose source stays: copied in place
+    assert back == first  # most rows move: copied into the spare, which is the first buffer again
+
+
+def test_kv_cache_under_cpu_bf16_autocast_keeps_fp32():
+    """Under bf16 autocast on a CPU the cache holds fp32 (single-query attention runs in fp32 there)
+    and stepping still follows bf16 teacher forcing to bf16 accuracy."""
+    model = small_model()
+    feats, lens = torch.randn(2, 30, 80), torch.tensor([30, 17])
+    tokens = torch.randint(2, 22, (2, 6))
+    with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
+        mem, ml = model.encode(feats, lens)
+        full = model.decoder(tokens, mem, ml).float()
+        cache = model.decoder.init_cache(mem, ml)
+        steps = []
+        for t in range(tokens.shape[1]):
+            logits, cache = model.decoder.step(tokens[:, t], cache)
+            steps.append(logits.float())
+    assert cache.self_kv._buf.dtype == torch.float32 and steps[0].dtype == torch.float32
+    assert (torch.stack(steps, 1) - full).abs().max() <= 0.1 * full.abs().max()
+
+
 def test_attention_matches_formula():
     torch.manual_seed(1)
     d, h = 32, 4
@@ -114,7 +173,7 @@ def test_attention_matches_formula():
     x = torch.randn(3, 7, d)
     lens = torch.tensor([7, 4, 2])
     keep = lengths_to_keep_mask(lens)[:, None, None, :] & causal_keep_mask(7)  # (B, 1, 7, 7)
-    out, _ = attn(x, keep)
+    out = attn(x, keep)
     q, k, v = attn.qkv(x).chunk(3, dim=-1)
 
     def heads(t):

@@ -10,6 +10,7 @@ work; beam 10, CTC weight 0.3, 2 threads by default. Encoder included. ``--lstm`
 most 1.5x the time of decoding without it. Prints a table and one JSON line.
 
     python tools/bench_lm.py [--utts 16] [--seconds 10] [--beam 10] [--tokens 30] [--threads 2] [--lstm]
+                             [--precision fp32|auto|bf16] [--split]
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 
 from asr.config import load_config
 from asr.decode import beam_search
-from asr.hardware import cpu_info
+from asr.hardware import autocast, cpu_info, resolve_precision
 from asr.lm import LMConfig, build_lm, load_lm_config
 from asr.model import ASRModel
 
@@ -36,6 +37,42 @@ def decode(model, feats, lens, beam, ctc_weight, n_tokens, lm=None, lm_weight=0.
     out = beam_search(model, memory, mem_lens, beam_size=beam, ctc_weight=ctc_weight, max_len=n_tokens,
                       min_len=n_tokens, lm=lm, lm_weight=lm_weight)  # fmt: skip
     return [h[0].tokens for h in out]
+
+
+def split(model, lm, feats, lens, args, precision: str) -> dict[str, float]:
+    """Where the Transformer LM's time goes inside one fused search: its steps (``lm.step``), the
+    reorders of its KV cache, and, for scale, the same number of steps of its matrix products
+    alone (every Linear and the output layer on random (B x beam, d_model) inputs)."""
+    from asr.model.kv_cache import KVCache
+
+    spent = {"lm_steps": 0.0, "kv_reorders": 0.0}
+    step, reorder = lm.step, KVCache.index_select
+
+    def timed(key, fn):
+        def wrapper(*a):
+            t0 = time.perf_counter()
+            out = fn(*a)
+            spent[key] += time.perf_counter() - t0
+            return out
+
+        return wrapper
+
+    lm.step, KVCache.index_select = timed("lm_steps", step), timed("kv_reorders", reorder)
+    try:
+        with autocast(precision, "cpu"):
+            decode(model, feats, lens, args.beam, args.ctc_weight, args.tokens, lm, args.lm_weight)
+    finally:
+        lm.step, KVCache.index_select = step, reorder
+    linears = [m for m in lm.modules() if isinstance(m, torch.nn.Linear)]
+    x = {m.in_features: torch.randn(args.utts * args.beam, m.in_features) for m in linears}
+    with torch.inference_mode(), autocast(precision, "cpu"):
+        t0 = time.perf_counter()
+        for _ in range(args.tokens):
+            for m in linears:
+                m(x[m.in_features])
+            lm._logits(x[lm.cfg.d_model])
+        spent["lm_products_alone"] = time.perf_counter() - t0
+    return {k: round(v, 3) for k, v in spent.items()}
 
 
 def main() -> None:
@@ -52,11 +89,18 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="torch threads (0: torch's default)")
     ap.add_argument("--repeats", type=int, default=1, help="timed runs per variant (the best counts)")
     ap.add_argument("--lstm", action="store_true", help="also an LSTM LM (2 layers of 1024)")
+    ap.add_argument("--split", action="store_true",
+                    help="also where the Transformer LM's time goes: its steps, KV-cache reorders (the decoder's "
+                         "included), its products alone")
+    ap.add_argument("--precision", choices=["fp32", "auto", "bf16"], default="fp32",
+                    help="autocast around the whole search, as `asr decode --precision` (auto: bf16 only "
+                         "on a CPU with native bf16)")
     args = ap.parse_args()
     info = cpu_info()
     print(f"CPU: {info.summary()}")
     if args.threads:
         torch.set_num_threads(args.threads)
+    precision = resolve_precision(args.precision, "cpu", "--precision")
     cfg = load_config(args.config, [f"model.vocab_size={args.vocab}"])
     torch.manual_seed(0)
     model = ASRModel(cfg.model).eval()
@@ -70,17 +114,20 @@ def main() -> None:
     lens = torch.full((args.utts,), frames)
     variants = [("no LM", None), *lms.items()]
     for _, lm in variants:  # warm-up
-        decode(model, feats[:2, :200], lens[:2].clamp_max(200), 2, args.ctc_weight, 3, lm, args.lm_weight)
+        with autocast(precision, "cpu"):
+            decode(model, feats[:2, :200], lens[:2].clamp_max(200), 2, args.ctc_weight, 3, lm, args.lm_weight)
     record = {"bench": "lm", "utts": args.utts, "seconds": args.seconds, "beam": args.beam, "tokens": args.tokens,
               "ctc_weight": args.ctc_weight, "lm_weight": args.lm_weight, "threads": torch.get_num_threads(),
-              "lm_layers": lm_cfg.layers, "lm_d_model": lm_cfg.d_model, "cpu": info.to_dict()}  # fmt: skip
+              "precision": precision, "lm_layers": lm_cfg.layers, "lm_d_model": lm_cfg.d_model,
+              "cpu": info.to_dict()}  # fmt: skip
     rows = []
     base = None
     for name, lm in variants:
         best = float("inf")
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            hyps = decode(model, feats, lens, args.beam, args.ctc_weight, args.tokens, lm, args.lm_weight)
+            with autocast(precision, "cpu"):
+                hyps = decode(model, feats, lens, args.beam, args.ctc_weight, args.tokens, lm, args.lm_weight)
             best = min(best, time.perf_counter() - t0)
         assert all(len(h) == args.tokens for h in hyps)
         base = best if base is None else base
@@ -91,6 +138,9 @@ def main() -> None:
     print(f"{'variant':<16}{'seconds':>10}{'utt/s':>10}{'x no LM':>10}")
     for name, t, ups, x in rows:
         print(f"{name:<16}{t:>10.2f}{ups:>10.2f}{x:>9.2f}x")
+    if args.split:
+        record["transformer_lm_split_s"] = parts = split(model, lms["Transformer LM"], feats, lens, args, precision)
+        print("Transformer LM, seconds: " + ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in parts.items()))
     print(json.dumps(record))
 
 

@@ -29,6 +29,7 @@ import torch
 
 from ..lm.cache import LMCache
 from ..model.asr_model import BLANK_ID
+from ..model.kv_cache import KVCache
 from ..model.transformer import DecoderCache
 from .ctc_prefix_score import CTCPrefixScorer, CTCPrefixState
 from .greedy import max_lengths
@@ -60,7 +61,7 @@ class _Beams:
     tokens: torch.Tensor  # (B*W,) newest token of each hypothesis (sos at the start)
     cache: DecoderCache  # self-attention K/V per row; cross-attention K/V per utterance
     ctc: CTCPrefixState | None  # CTC prefix state per row
-    lm_cache: LMCache | None = None  # the fused LM's state per row
+    lm_cache: LMCache | KVCache | None = None  # the fused LM's state per row
 
     def advance(self, parent, tokens, scores, ctc) -> None:
         """Rows ``parent`` (B*W,) extended by ``tokens`` (B*W,), with their new scores (B, W)."""
@@ -104,6 +105,27 @@ def _joint_scores(att, scorer, state, ctc_weight: float, k_pre: int, eos: int, l
     ctc = (psi - state.psi.unsqueeze(1)).float().nan_to_num(nan=-math.inf)
     joint = (1 - ctc_weight) * att.gather(1, ids) + ctc_weight * ctc
     return (joint, ids, psi) if lm is None else (joint + lm_weight * lm.gather(1, ids), ids, psi)
+
+
+def _stable_slots(parent: torch.Tensor) -> torch.Tensor:
+    """Where each utterance's W survivors go: (B, W), slot s takes survivor ``perm[b, s]``, given
+    their parents' slots ``parent`` (B, W). A parent's first child takes the parent's own slot and
+    the other children the slots of hypotheses that left no child, so most rows of the KV caches
+    stay where they are and only new branches are copied (``KVCache.index_select``). The order of
+    an utterance's hypotheses means nothing else to the search."""
+    w = parent.shape[1]
+    perms = []
+    for parents in parent.tolist():
+        slot = [-1] * w
+        for j, p in enumerate(parents):
+            if p not in slot:
+                slot[j] = p
+        free = iter(sorted(set(range(w)) - set(slot)))
+        perm = [0] * w
+        for j, s in enumerate(slot):
+            perm[s if s >= 0 else next(free)] = j
+        perms.append(perm)
+    return torch.tensor(perms, device=parent.device)
 
 
 def _end(finished: list[list[Hypothesis]], beams: _Beams, top, parent, tok, eos: int, length_norm: bool):
@@ -208,6 +230,7 @@ def beam_search(
         tok = flat % kc if cand_ids is None else cand_ids[parent, flat % kc]  # (B, 2W)
         n_fin = _end(finished, beams, top, parent, tok, eos, length_norm)
         order = (torch.arange(top.shape[1], device=dev) + (tok == eos) * top.shape[1]).argsort(dim=1)[:, :w]
+        order = order.gather(1, _stable_slots(torch.div(flat.gather(1, order), kc, rounding_mode="floor")))
         sel_parent = parent.gather(1, order).flatten()  # (B*W,)
         tokens = tok.gather(1, order).flatten()
         ctc = None

@@ -1,8 +1,9 @@
 """The state a language model keeps between steps of incremental scoring, for N hypotheses.
 
-One small mechanism for both networks, so beam search reorders it without knowing which LM it
-has: a tuple of tensors whose dimension ``dim`` runs over hypotheses (the Transformer's per-layer
-keys and values, (N, H, t, d_k), dim 0; the LSTM's hidden and cell states, (layers, N, H), dim 1).
+A tuple of tensors whose dimension ``dim`` runs over hypotheses: the LSTM's hidden and cell
+states, (layers, N, H), dim 1. The Transformer LM keeps the decoder's
+:class:`~asr.model.kv_cache.KVCache` instead; both reorder with ``index_select``, so beam search
+does not need to know which LM it has.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from torch import nn
 from ..model import fast
 from ..model.attention import SinusoidalPositions, causal_keep_mask
 from ..model.fast import Linear
+from ..model.kv_cache import KVCache
 from ..model.transformer import DecoderLayer
-from .cache import LMCache
 from .config import LMConfig
 
 __all__ = ["TransformerLM"]
@@ -61,22 +61,18 @@ class TransformerLM(nn.Module):
         x = self._input(tokens)  # (B, U, D)
         keep = causal_keep_mask(tokens.shape[1], tokens.device)
         for layer in self.layers:
-            x, _ = layer(x, keep)
+            x = layer(x, keep)
         return self._logits(x)
 
-    def init_cache(self, n: int, device: torch.device | None = None) -> LMCache:
-        """The empty cache of ``n`` hypotheses (nothing seen yet)."""
-        return LMCache((), dim=0)
+    def init_cache(self, n: int, device: torch.device | None = None) -> KVCache:
+        """The empty cache of ``n`` hypotheses (nothing seen yet): the decoder's KV cache."""
+        return KVCache(len(self.layers))
 
-    def step(self, tokens: torch.Tensor, cache: LMCache) -> tuple[torch.Tensor, LMCache]:
+    def step(self, tokens: torch.Tensor, cache: KVCache) -> tuple[torch.Tensor, KVCache]:
         """Log-probabilities (N, V) of the token after ``tokens`` (N,), the newest of each
-        hypothesis; the cache grows by that token (per layer: keys, values, (N, H, t, d_k))."""
-        kv = cache.tensors
-        offset = kv[0].shape[2] if kv else 0
-        x = self._input(tokens.unsqueeze(1), offset)  # (N, 1, D)
-        new: list[torch.Tensor] = []
-        for i, layer in enumerate(self.layers):
-            past = (kv[2 * i], kv[2 * i + 1]) if kv else None
-            x, (k, v) = layer(x, None, past=past)
-            new += [k, v]
-        return torch.log_softmax(self._logits(x[:, 0]).float(), dim=-1), LMCache(tuple(new), dim=0)
+        hypothesis; the cache grows by that token in place (and is returned)."""
+        x = self._input(tokens.unsqueeze(1), cache.length)  # (N, 1, D)
+        for layer, slot in zip(self.layers, cache.slots(), strict=True):
+            x = layer(x, None, past=slot)
+        cache.advance()
+        return torch.log_softmax(self._logits(x[:, 0]).float(), dim=-1), cache

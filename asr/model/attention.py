@@ -13,6 +13,7 @@ from torch import nn
 
 from . import fast
 from .fast import Dropout, Linear
+from .kv_cache import KVSlot
 
 __all__ = ["MultiHeadAttention", "lengths_to_keep_mask", "causal_keep_mask", "SinusoidalPositions"]
 
@@ -59,8 +60,9 @@ class SinusoidalPositions(nn.Module):
 class MultiHeadAttention(nn.Module):
     """Self- or cross-attention. Self-attention projects Q, K, V with one fused Linear.
 
-    ``past`` (self-attention only) is the (K, V) of earlier positions, (N, H, t, d_k) each; the
-    new (K, V), past included, is returned so a decoder can grow its cache one step at a time.
+    ``past`` (self-attention only, one new token) is this layer's slot of a
+    :class:`~asr.model.kv_cache.KVCache`: the token's key and value are stored there and it attends
+    to every key and value stored so far, so a decoder grows its cache one step at a time.
     Cross-attention takes precomputed (K, V) of the encoder output from :meth:`project_kv`; when
     they have fewer rows than ``x`` (B' utterances for B = B' x beam hypotheses, utterance-major),
     each utterance's hypotheses attend to its one copy, so beam search never repeats them.
@@ -93,26 +95,29 @@ class MultiHeadAttention(nn.Module):
         x: torch.Tensor,
         keep_mask: torch.Tensor | None = None,
         kv: tuple[torch.Tensor, torch.Tensor] | None = None,
-        past: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+        past: KVSlot | None = None,
+    ) -> torch.Tensor:
         b, l, d = x.shape
         groups = 1
         if self.cross:
             assert kv is not None, "cross-attention needs the memory's keys and values"
             q = self._split(self.q(x), 1)[0]
             k, v = kv
-            new_kv = None
             groups = b // k.shape[0]  # > 1 in beam search: `groups` hypotheses share their utterance's K/V
             if groups > 1:  # fold the hypotheses into the query length: (B', H, groups * L, d_k)
                 q = q.reshape(k.shape[0], groups, self.heads, l, self.d_k).transpose(1, 2)
                 q = q.reshape(k.shape[0], self.heads, groups * l, self.d_k)
+        elif past is not None:  # one new token: its key and value go to the cache, one copy
+            qkv = self.qkv(x).view(b, 3, self.heads, self.d_k)  # l == 1
+            q = qkv[:, 0].unsqueeze(2)  # (B, H, 1, d_k)
+            k, v = past.append(qkv[:, 1:])  # (B, H, t + 1, d_k) each: every token so far
         else:
             q, k, v = self._split(self.qkv(x), 3)
-            if past is not None:
-                k = torch.cat([past[0], k], dim=2)
-                v = torch.cat([past[1], v], dim=2)
-            new_kv = (k, v)
-        y = fast.attention(q, k, v, keep_mask, self.dropout if self.training else 0.0)  # SDPA: (B, H, L, d_k)
+        if k.dtype != q.dtype:  # a CPU KV cache stays fp32 under bf16 autocast (asr.model.kv_cache): fp32 here
+            with torch.autocast(q.device.type, enabled=False):
+                y = fast.attention(q.to(k.dtype), k, v, keep_mask, 0.0).to(q.dtype)
+        else:
+            y = fast.attention(q, k, v, keep_mask, self.dropout if self.training else 0.0)  # SDPA: (B, H, L, d_k)
         if groups > 1:
             y = y.reshape(k.shape[0], self.heads, groups, l, self.d_k).transpose(1, 2).reshape(b, self.heads, l, -1)
-        return self.out(y.transpose(1, 2).reshape(b, l, d)), new_kv
+        return self.out(y.transpose(1, 2).reshape(b, l, d))

@@ -10,6 +10,7 @@ from torch import nn
 from . import fast
 from .attention import MultiHeadAttention, SinusoidalPositions, causal_keep_mask, lengths_to_keep_mask
 from .fast import Dropout, Linear
+from .kv_cache import KVCache, KVSlot
 
 __all__ = ["Encoder", "Decoder", "DecoderCache", "DecoderLayer"]
 
@@ -39,9 +40,9 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, keep_mask: torch.Tensor) -> torch.Tensor:
         if self.pre_norm:
-            x = x + self.dropout(self.attn(self.norm1(x), keep_mask)[0])
+            x = x + self.dropout(self.attn(self.norm1(x), keep_mask))
             return x + self.dropout(self.ffn(self.norm2(x)))
-        x = self.norm1(x + self.dropout(self.attn(x, keep_mask)[0]))
+        x = self.norm1(x + self.dropout(self.attn(x, keep_mask)))
         return self.norm2(x + self.dropout(self.ffn(x)))
 
 
@@ -73,19 +74,19 @@ class Encoder(nn.Module):
 class DecoderCache:
     """What incremental decoding keeps between steps, for N hypotheses.
 
-    ``self_kv[i]``: layer i's self-attention keys/values of all tokens so far, (N, H, t, d_k);
-    ``cross_kv[i]``: its cross-attention keys/values of the encoder output, (N, H, S, d_k),
-    computed once; ``memory_keep``: (N, 1, 1, S), True on real encoder frames.
+    ``self_kv``: every layer's self-attention keys/values of all tokens so far (written in place);
+    ``cross_kv[i]``: layer i's cross-attention keys/values of the encoder output, (N, H, S, d_k),
+    computed once; ``memory_keep``: (N, 1, 1, S), True on real encoder frames. Like its
+    ``self_kv``, a cache is consumed by ``step`` and ``index_select``: use the one they return.
     """
 
-    self_kv: list[tuple[torch.Tensor, torch.Tensor] | None]
+    self_kv: KVCache
     cross_kv: list[tuple[torch.Tensor, torch.Tensor]]
     memory_keep: torch.Tensor
 
     @property
     def length(self) -> int:
-        first = self.self_kv[0] if self.self_kv else None
-        return 0 if first is None else first[0].shape[2]
+        return self.self_kv.length
 
     def index_select(self, index: torch.Tensor, cross_index: torch.Tensor | None = None) -> DecoderCache:
         """Keep (and reorder or repeat) hypotheses ``index``, e.g. the parents of surviving beams.
@@ -98,8 +99,7 @@ class DecoderCache:
 
     def reorder_self(self, index: torch.Tensor) -> DecoderCache:
         """Keep (reorder, repeat) self-attention entries ``index``; cross-attention entries stay as they are."""
-        self_kv = [None if kv is None else (kv[0][index], kv[1][index]) for kv in self.self_kv]
-        return DecoderCache(self_kv, self.cross_kv, self.memory_keep)
+        return DecoderCache(self.self_kv.index_select(index), self.cross_kv, self.memory_keep)
 
 
 class DecoderLayer(nn.Module):
@@ -121,19 +121,18 @@ class DecoderLayer(nn.Module):
         self.norms = nn.ModuleList(nn.LayerNorm(d_model, eps=eps) for _ in range(3 if cross else 2))
         self.dropout = Dropout(dropout)
 
-    def forward(self, x, self_keep, cross_kv=None, memory_keep=None, past=None):
+    def forward(self, x, self_keep, cross_kv=None, memory_keep=None, past: KVSlot | None = None):
+        """``past``: this layer's slot of the KV cache when stepping one token at a time."""
         n1, *n2, n3 = self.norms  # n2: [] without cross-attention
         if self.pre_norm:
-            h, new_kv = self.self_attn(n1(x), self_keep, past=past)
-            x = x + self.dropout(h)
+            x = x + self.dropout(self.self_attn(n1(x), self_keep, past=past))
             if self.cross_attn is not None:
-                x = x + self.dropout(self.cross_attn(n2[0](x), memory_keep, kv=cross_kv)[0])
-            return x + self.dropout(self.ffn(n3(x))), new_kv
-        h, new_kv = self.self_attn(x, self_keep, past=past)
-        x = n1(x + self.dropout(h))
+                x = x + self.dropout(self.cross_attn(n2[0](x), memory_keep, kv=cross_kv))
+            return x + self.dropout(self.ffn(n3(x)))
+        x = n1(x + self.dropout(self.self_attn(x, self_keep, past=past)))
         if self.cross_attn is not None:
-            x = n2[0](x + self.dropout(self.cross_attn(x, memory_keep, kv=cross_kv)[0]))
-        return n3(x + self.dropout(self.ffn(x))), new_kv
+            x = n2[0](x + self.dropout(self.cross_attn(x, memory_keep, kv=cross_kv)))
+        return n3(x + self.dropout(self.ffn(x)))
 
 
 class Decoder(nn.Module):
@@ -165,7 +164,7 @@ class Decoder(nn.Module):
         """Cross-attention keys/values of every layer for ``memory`` (N, S, D), computed once."""
         keep = lengths_to_keep_mask(memory_lens, memory.shape[1])[:, None, None, :]
         return DecoderCache(
-            self_kv=[None] * len(self.layers),
+            self_kv=KVCache(len(self.layers)),
             cross_kv=[layer.cross_attn.project_kv(memory) for layer in self.layers],
             memory_keep=keep,
         )
@@ -176,18 +175,16 @@ class Decoder(nn.Module):
         x = self.pos(self.embed(tokens))  # (B, U, D)
         self_keep = causal_keep_mask(tokens.shape[1], tokens.device)
         for layer, ckv in zip(self.layers, cache.cross_kv, strict=True):
-            x, _ = layer(x, self_keep, ckv, cache.memory_keep)
+            x = layer(x, self_keep, ckv, cache.memory_keep)
         return self.logits(x)
 
     def step(self, tokens: torch.Tensor, cache: DecoderCache) -> tuple[torch.Tensor, DecoderCache]:
         """Logits (N, V) for the next token after ``tokens`` (N,), the newest token of each hypothesis.
 
-        Returns a new cache holding the self-attention keys/values with this token appended.
+        Returns the cache with this token's self-attention keys/values appended (in place).
         """
-        offset = cache.length
-        x = self.pos(self.embed(tokens.unsqueeze(1)), offset)  # (N, 1, D)
-        new_self = []
-        for layer, past, ckv in zip(self.layers, cache.self_kv, cache.cross_kv, strict=True):
-            x, kv = layer(x, None, ckv, cache.memory_keep, past=past)
-            new_self.append(kv)
-        return self.logits(x[:, 0]), DecoderCache(new_self, cache.cross_kv, cache.memory_keep)
+        x = self.pos(self.embed(tokens.unsqueeze(1)), cache.length)  # (N, 1, D)
+        for layer, past, ckv in zip(self.layers, cache.self_kv.slots(), cache.cross_kv, strict=True):
+            x = layer(x, None, ckv, cache.memory_keep, past=past)
+        cache.self_kv.advance()
+        return self.logits(x[:, 0]), cache
