@@ -100,13 +100,13 @@ def test_attention_dropout_path_matches_sdpa_when_nothing_is_dropped():
     x = torch.randn(3, 17, 32)
     keep = lengths_to_keep_mask(torch.tensor([17, 9, 4]), 17)[:, None, None, :]
     attn.train()
-    y_train, _ = attn(x, keep)
+    y_train = attn(x, keep)
     attn.eval()
-    y_eval, _ = attn(x, keep)
+    y_eval = attn(x, keep)
     torch.testing.assert_close(y_train, y_eval, atol=1e-6, rtol=1e-5)
     attn.dropout = 0.5
     attn.train()
-    assert not torch.allclose(attn(x, keep)[0], y_eval, atol=1e-3)
+    assert not torch.allclose(attn(x, keep), y_eval, atol=1e-3)
 
 
 def _nchw_reference(fe, x: torch.Tensor) -> torch.Tensor:
