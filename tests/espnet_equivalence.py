@@ -74,6 +74,10 @@ def features(cfg, wavs: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor,
     return espnet_log_mel(wavs, lens, d.sample_rate, d.n_fft, d.win_length, d.hop_length, d.num_mel_bins)
 
 
+DEEP = 10.0  # nats below a frame's loudest band: features deeper than that are compared with DEEP_TOL
+DEEP_TOL = 1e-3
+
+
 def _masked_max(a: torch.Tensor, b: torch.Tensor, lens: torch.Tensor) -> float:
     keep = torch.arange(a.shape[1]) < lens.unsqueeze(1)  # (B, T): frames that count
     return float((a - b).abs()[keep].max())
@@ -87,7 +91,15 @@ def forward_maxima(model_dir: Path, root: Path) -> dict[str, float]:
     feats, feat_lens = features(cfg, wavs, lens)
     out = {"feat_lens_equal": float(torch.equal(feat_lens, ref["feat_lens"]))}
     if "feats" in ref:  # stored where the frontend differs from small_100h's
-        out["features"] = _masked_max(feats, ref["feats"], feat_lens)
+        # fp32 cannot resolve a band's power far below its frame's loudest band, and there the fixture keeps
+        # the rounding of the CPU it was made on: ESPnet itself, run again on another CPU, lands as far from
+        # its own fixture as we do (3.5e-4 on an AMD EPYC against an Intel Xeon's fixture,
+        # `tools/espnet_fixtures.py --check`). So: within DEEP nats of the frame's peak, and below it.
+        real = (torch.arange(feats.shape[1]) < feat_lens.unsqueeze(1)).unsqueeze(2)  # (B, T, 1)
+        near = ref["feats"] >= ref["feats"].amax(-1, keepdim=True) - DEEP
+        diff = (feats - ref["feats"]).abs()
+        out["features"] = float(diff[real & near].max())
+        out["features_deep"] = float(diff[real & ~near].max()) if bool((real & ~near).any()) else 0.0
     with torch.no_grad():
         enc, enc_lens = model.encode(feats, feat_lens)
         out["enc_lens_equal"] = float(torch.equal(enc_lens, ref["enc_lens"]))
@@ -194,7 +206,8 @@ def compare(model_dir: Path, root: Path) -> dict:
     fwd = forward_maxima(model_dir, root)
     report.update({k: f"{v:.2e}" for k, v in fwd.items() if not k.endswith("_equal")})
     ok = all(fwd[k] == 1.0 for k in fwd if k.endswith("_equal"))
-    ok &= all(v <= TOL for k, v in fwd.items() if not k.endswith("_equal"))
+    ok &= all(v <= TOL for k, v in fwd.items() if not k.endswith(("_equal", "_deep")))
+    ok &= fwd.get("features_deep", 0.0) <= DEEP_TOL
     tr = training_maxima(model_dir, root)
     for k, v in tr.items():
         report[f"relative {k}"] = v if isinstance(v, str | int) else f"{v:.2e}"
