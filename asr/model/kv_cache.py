@@ -84,10 +84,9 @@ class KVCache:
         the new cache then uses; but when most rows keep their place (``index[r] == r``) and the
         rest copy from rows that keep theirs (beam search arranges this: a parent's first child
         takes the parent's row), only the moved rows are copied, in place."""
-        new = KVCache(self.layers)
-        new.length = t = self.length
+        t = self.length
         if self._buf is None:
-            return new
+            return self._pass_on(None, None)
         n, cap = index.numel(), self._buf.shape[1]
         hist = self._buf[:, :t]
         if n == self._buf.shape[0] and index.device.type == "cpu":  # (a GPU copies every row at its bandwidth)
@@ -96,13 +95,16 @@ class KVCache:
             if 2 * moved.numel() < n and bool((index[src] == src).all()):  # sources stay put: copy in place
                 for d, r in zip(moved.tolist(), src.tolist(), strict=True):
                     hist[d].copy_(hist[r])  # one contiguous block per row
-                new._buf, new._spare = self._buf, self._spare
-                self._buf = self._spare = None
-                return new
+                return self._pass_on(self._buf, self._spare)
         spare = self._spare
         if spare is None or spare.shape[0] < n or spare.shape[1] != cap:
             spare = self._buf.new_empty(n, *self._buf.shape[1:])
         torch.index_select(hist, 0, index, out=spare[:n, :t])
-        new._buf, new._spare = spare[:n], self._buf
-        self._buf = self._spare = None  # consumed
+        return self._pass_on(spare[:n], self._buf)
+
+    def _pass_on(self, buf: torch.Tensor | None, spare: torch.Tensor | None) -> KVCache:
+        """The cache that continues from this one with these buffers; this one is consumed."""
+        new = KVCache(self.layers)
+        new.length, new._buf, new._spare = self.length, buf, spare
+        self._buf = self._spare = None
         return new
