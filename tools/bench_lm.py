@@ -32,10 +32,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @torch.inference_mode()
-def decode(model, feats, lens, beam, ctc_weight, n_tokens, lm=None, lm_weight=0.0):
-    memory, mem_lens = model.encode(feats, lens)
-    out = beam_search(model, memory, mem_lens, beam_size=beam, ctc_weight=ctc_weight, max_len=n_tokens,
-                      min_len=n_tokens, lm=lm, lm_weight=lm_weight)  # fmt: skip
+def decode(model, feats, lens, beam, ctc_weight, n_tokens, lm=None, lm_weight=0.0, precision="fp32"):
+    """The search timed here, in autocast for ``precision`` (resolved) as `asr decode` runs it."""
+    with autocast(precision, "cpu"):
+        memory, mem_lens = model.encode(feats, lens)
+        out = beam_search(model, memory, mem_lens, beam_size=beam, ctc_weight=ctc_weight, max_len=n_tokens,
+                          min_len=n_tokens, lm=lm, lm_weight=lm_weight)  # fmt: skip
     return [h[0].tokens for h in out]
 
 
@@ -67,8 +69,7 @@ def split(model, lm, feats, lens, args, precision: str) -> dict[str, float]:
 
     lm.step, KVCache.index_select = timed("lm_steps", step), timed("kv_reorders", counted)
     try:
-        with autocast(precision, "cpu"):
-            decode(model, feats, lens, args.beam, args.ctc_weight, args.tokens, lm, args.lm_weight)
+        decode(model, feats, lens, args.beam, args.ctc_weight, args.tokens, lm, args.lm_weight, precision)
     finally:
         lm.step, KVCache.index_select = step, reorder
     linears = [m for m in lm.modules() if isinstance(m, torch.nn.Linear)]
@@ -124,8 +125,7 @@ def main() -> None:
     lens = torch.full((args.utts,), frames)
     variants = [("no LM", None), *lms.items()]
     for _, lm in variants:  # warm-up
-        with autocast(precision, "cpu"):
-            decode(model, feats[:2, :200], lens[:2].clamp_max(200), 2, args.ctc_weight, 3, lm, args.lm_weight)
+        decode(model, feats[:2, :200], lens[:2].clamp_max(200), 2, args.ctc_weight, 3, lm, args.lm_weight, precision)
     record = {"bench": "lm", "utts": args.utts, "seconds": args.seconds, "beam": args.beam, "tokens": args.tokens,
               "ctc_weight": args.ctc_weight, "lm_weight": args.lm_weight, "threads": torch.get_num_threads(),
               "precision": precision, "lm_layers": lm_cfg.layers, "lm_d_model": lm_cfg.d_model,
@@ -136,8 +136,7 @@ def main() -> None:
         best = float("inf")
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            with autocast(precision, "cpu"):
-                hyps = decode(model, feats, lens, args.beam, args.ctc_weight, args.tokens, lm, args.lm_weight)
+            hyps = decode(model, feats, lens, args.beam, args.ctc_weight, args.tokens, lm, args.lm_weight, precision)
             best = min(best, time.perf_counter() - t0)
         assert all(len(h) == args.tokens for h in hyps)
         base = best if base is None else base
@@ -149,7 +148,7 @@ def main() -> None:
     for name, t, ups, x in rows:
         print(f"{name:<16}{t:>10.2f}{ups:>10.2f}{x:>9.2f}x")
     if args.split:
-        record["transformer_lm_split_s"] = parts = split(model, lms["Transformer LM"], feats, lens, args, precision)
+        record["transformer_lm_split"] = parts = split(model, lms["Transformer LM"], feats, lens, args, precision)
         print("Transformer LM: " + ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in parts.items()))
     print(json.dumps(record))
 
