@@ -9,7 +9,9 @@ each repetition (so background load hits both alike), and reports medians and th
 off / on (> 1: the path is faster here). Training steps are fp32 (forward, backward, clipping,
 AdamW) on fixed random batches: the FSDD model (``configs/fsdd/transformer.yaml``, 22 x 360
 frames of 40 bins) and the 100 h model (``configs/librispeech/transformer_100h.yaml`` with the
-conv2d frontend, 4 x 1000 frames). fbank: the shared LibriSpeech utterances. The table and the
+conv2d frontend, 4 x 1000 frames). Decoding: the 100 h model (conv2d) on 8 random 10 s utterances,
+encoder and batched beam search (beam 10, CTC 0.3, 30 tokens each). fbank: the shared LibriSpeech
+utterances. The table and the
 JSON line name the CPU, ATen's capability and whether it has native bf16 (``asr.hardware``),
 and what ``asr.speed`` would choose here.
 """
@@ -31,7 +33,8 @@ sys.path.insert(0, str(REPO))
 from asr import speed  # noqa: E402
 from asr.hardware import cpu_info  # noqa: E402
 
-MODEL_PATHS = ("onednn_linear", "conv_channels_last", "cheap_dropout")
+TRAIN_PATHS = ("onednn_linear", "conv_channels_last", "cheap_dropout")
+DECODE_PATHS = ("onednn_linear", "conv_channels_last")
 
 
 def training_step(config: str, sets: list[str], batch: int, frames: int, vocab: int, tokens: int):
@@ -57,6 +60,28 @@ def training_step(config: str, sets: list[str], batch: int, frames: int, vocab: 
         opt.zero_grad(set_to_none=True)
 
     return step
+
+
+def decoding(utts: int, frames: int, vocab: int, tokens: int):
+    """A closure decoding ``utts`` random utterances with the 100 h model (conv2d frontend): encoder,
+    then the batched beam search (beam 10, CTC 0.3), every output forced to ``tokens`` tokens."""
+    from asr.config import load_config
+    from asr.decode import beam_search
+    from asr.model import ASRModel
+
+    cfg = load_config(REPO / "configs/librispeech/transformer_100h.yaml", [f"model.vocab_size={vocab}",
+                                                                           "model.frontend=conv2d"])  # fmt: skip
+    torch.manual_seed(0)
+    model = ASRModel(cfg.model).eval()
+    feats = torch.randn(utts, frames, cfg.model.input_dim, generator=torch.Generator().manual_seed(1))
+    lens = torch.full((utts,), frames)
+
+    @torch.inference_mode()
+    def run() -> None:
+        memory, mem_lens = model.encode(feats, lens)
+        beam_search(model, memory, mem_lens, beam_size=10, ctc_weight=0.3, max_len=tokens, min_len=tokens)
+
+    return run
 
 
 def fbank_work(data: Path):
@@ -97,7 +122,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    ap.add_argument("--models", default="fsdd,100h", help="training steps to time: fsdd, 100h")
+    ap.add_argument("--models", default="fsdd,100h,decode",
+                    help="work to time: fsdd, 100h (training steps), decode (100 h model)")
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     args = ap.parse_args()
     if args.threads:
@@ -110,9 +136,11 @@ def main() -> int:
         works["100 h step (fp32)"] = training_step(
             "configs/librispeech/transformer_100h.yaml", ["model.frontend=conv2d"], 4, 1000, 500, 45
         )
+    if "decode" in args.models:
+        works["100 h decoding, 8 x 10 s (fp32)"] = decoding(8, 1000, 500, 30)
     rows = []
     for name, work in works.items():
-        for path in MODEL_PATHS:
+        for path in DECODE_PATHS if "decoding" in name else TRAIN_PATHS:
             on, off = time_pair(work, path, args.reps, 1)
             rows.append({"work": name, "path": path, "on_s": on, "off_s": off, "speedup": off / on})
     fb, seconds = fbank_work(args.data)
