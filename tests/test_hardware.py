@@ -1,6 +1,9 @@
 """Precision follows the hardware (capability queries mocked), and the speed paths are chosen in one place."""
 
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -168,3 +171,33 @@ def test_plain_paths_compute_the_same_model():
         with speed.override(**dict.fromkeys(speed.PATHS, on)):
             outs.append(model(feats, lens, toks, tok_lens)["loss"])
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+
+
+_FAULTS = """
+import resource, sys, torch
+from asr import speed
+print(speed.configure_process()["heap_reuse"])
+faults = []
+for _ in range(30):  # a 64 MB block, filled and freed, as a training step's activations are
+    f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    x = torch.ones(2**24)
+    del x
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+print(sum(faults[20:]))
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="heap_reuse is a glibc setting")
+def test_heap_reuse_keeps_big_blocks_for_the_next_step():
+    """With heap_reuse (on by default) a big block freed and asked for again comes back without the
+    kernel faulting its pages in again, once the heap has grown (here after about ten rounds: each
+    64-byte-aligned request is a little larger than the block it freed, until freed neighbours
+    merge); ASR_SPEED_PATHS turns it off."""
+    run = [sys.executable, "-c", _FAULTS]
+    on = subprocess.run(run, capture_output=True, text=True, check=True, env={**os.environ, "ASR_SPEED_PATHS": ""})
+    applied, faults = on.stdout.split()
+    assert applied == "True"
+    assert int(faults) < 16  # through mmap each block would fault 16384 pages (32 with 2 MB pages)
+    off = subprocess.run(run, capture_output=True, text=True, check=True,
+                         env={**os.environ, "ASR_SPEED_PATHS": "heap_reuse=0"})  # fmt: skip
+    assert off.stdout.split()[0] == "False"

@@ -464,6 +464,10 @@ def main() -> None:
         kw = json.loads(args.kwargs)
         if args.worker not in ("features", "bf16_decode"):
             kw["system"] = args.system
+        if args.system.startswith("ours") or args.worker in ("features", "bf16_decode"):
+            from asr import speed
+
+            speed.configure_process()  # as the command line does at start-up (heap_reuse)
         print(json.dumps(WORKERS[args.worker](threads=threads_list[0], **kw)))
         return
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from asr import speed
 from asr.config import load_config
 from asr.decode import beam_search, greedy_search
 from asr.hardware import cpu_info
@@ -153,6 +154,7 @@ def main() -> None:
     args.skip_textbook |= device.type != "cpu" or bf16  # the textbook search is the fp32 CPU reference
     if args.threads:
         torch.set_num_threads(args.threads)
+    speed.configure_process()  # as the command line does at start-up (heap_reuse)
     cfg = load_config(args.config, [f"model.vocab_size={args.vocab}"])
     torch.manual_seed(0)
     model = ASRModel(cfg.model).eval().to(device)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from asr import speed
 from asr.config import load_config
 from asr.decode import beam_search
 from asr.hardware import autocast, cpu_info, resolve_precision
@@ -111,6 +112,7 @@ def main() -> None:
     print(f"CPU: {info.summary()}")
     if args.threads:
         torch.set_num_threads(args.threads)
+    speed.configure_process()  # as the command line does at start-up (heap_reuse)
     precision = resolve_precision(args.precision, "cpu", "--precision")
     cfg = load_config(args.config, [f"model.vocab_size={args.vocab}"])
     torch.manual_seed(0)

@@ -6,7 +6,9 @@
 
 For every path, one process times the same work with the path on and off, alternating within
 each repetition (so background load hits both alike), and reports medians and the ratio
-off / on (> 1: the path is faster here). Training steps are fp32 (forward, backward, clipping,
+off / on (> 1: the path is faster here). A process-wide path (``heap_reuse``) is timed in child
+processes instead, on and off alternately, each one warm-up and three timed runs, with each
+child's peak resident memory. Training steps are fp32 (forward, backward, clipping,
 AdamW) on fixed random batches: the FSDD model (``configs/fsdd/transformer.yaml``, 22 x 360
 frames of 40 bins) and the 100 h model (``configs/librispeech/transformer_100h.yaml`` with the
 conv2d frontend, 4 x 1000 frames). Decoding: the 100 h model (conv2d) on 8 random 10 s utterances,
@@ -118,6 +120,52 @@ def time_pair(work, path: str, reps: int, warmup: int) -> tuple[float, float]:
     return statistics.median(on), statistics.median(off)
 
 
+def make_works(models: str) -> dict:
+    works = {}
+    if "fsdd" in models:
+        works["FSDD step (fp32)"] = lambda: training_step("configs/fsdd/transformer.yaml", [], 22, 360, 29, 5)
+    if "100h" in models:
+        works["100 h step (fp32)"] = lambda: training_step(
+            "configs/librispeech/transformer_100h.yaml", ["model.frontend=conv2d"], 4, 1000, 500, 45
+        )
+    if "decode" in models:
+        works["100 h decoding, 8 x 10 s (fp32)"] = lambda: decoding(8, 1000, 500, 30)
+    return works
+
+
+def child(name: str, reps: int) -> None:
+    """One process of a process-wide path: configure, build ``name``, one warm-up, ``reps`` timed runs."""
+    speed.configure_process()
+    work = make_works("fsdd,100h,decode")[name]()
+    work()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - t)
+    rss = [line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM")]
+    print(json.dumps({"s": statistics.median(times), "peak_rss_mb": int(rss[0].split()[1]) / 1024 if rss else None}))
+
+
+def time_process_pair(name: str, path: str, reps: int, threads: int) -> dict:
+    """A process-wide path on and off: alternating child processes, ``reps`` of each (3 timed runs
+    apiece); medians over the children, and the median peak resident memory."""
+    import os
+    import subprocess
+
+    res: dict[bool, list[dict]] = {True: [], False: []}
+    for _ in range(reps):
+        for state in (True, False):
+            env = {**os.environ, "ASR_SPEED_PATHS": f"{path}={int(state)}"}
+            cmd = [sys.executable, __file__, "--child", name, "--reps", "3", "--threads", str(threads)]
+            out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+            res[state].append(json.loads(out.strip().splitlines()[-1]))
+    on, off = (statistics.median(r["s"] for r in res[st]) for st in (True, False))
+    mem_on, mem_off = (statistics.median(r["peak_rss_mb"] or 0 for r in res[st]) for st in (True, False))
+    return {"work": name, "path": path, "on_s": on, "off_s": off, "speedup": off / on,
+            "peak_rss_on_mb": mem_on, "peak_rss_off_mb": mem_off}  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=5)
@@ -125,24 +173,23 @@ def main() -> int:
     ap.add_argument("--models", default="fsdd,100h,decode",
                     help="work to time: fsdd, 100h (training steps), decode (100 h model)")
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    ap.add_argument("--child", help=argparse.SUPPRESS)  # internal: one process of a process-wide path
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.child:
+        child(args.child, args.reps)
+        return 0
     info = cpu_info()
-    works = {}
-    if "fsdd" in args.models:
-        works["FSDD step (fp32)"] = training_step("configs/fsdd/transformer.yaml", [], 22, 360, 29, 5)
-    if "100h" in args.models:
-        works["100 h step (fp32)"] = training_step(
-            "configs/librispeech/transformer_100h.yaml", ["model.frontend=conv2d"], 4, 1000, 500, 45
-        )
-    if "decode" in args.models:
-        works["100 h decoding, 8 x 10 s (fp32)"] = decoding(8, 1000, 500, 30)
     rows = []
-    for name, work in works.items():
+    for name, build in make_works(args.models).items():
+        work = build()
         for path in DECODE_PATHS if "decoding" in name else TRAIN_PATHS:
             on, off = time_pair(work, path, args.reps, 1)
             rows.append({"work": name, "path": path, "on_s": on, "off_s": off, "speedup": off / on})
+        del work
+        for path in speed.PROCESS_PATHS:
+            rows.append(time_process_pair(name, path, args.reps, torch.get_num_threads()))
     fb, seconds = fbank_work(args.data)
     if fb is None:
         print(f"fbank: no LibriSpeech audio under {args.data}: skipped")
@@ -152,11 +199,12 @@ def main() -> int:
                      "speedup": off / on})  # fmt: skip
     chosen = speed.defaults(info)
     print(f"CPU: {info.summary()}; torch {torch.__version__}")
-    print("| work | speed path | on (s) | off (s) | off / on | on by default here |")
-    print("|---|---|---|---|---|---|")
+    print("| work | speed path | on (s) | off (s) | off / on | on by default here | peak RSS on / off (MB) |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
+        mem = f"{r['peak_rss_on_mb']:.0f} / {r['peak_rss_off_mb']:.0f}" if "peak_rss_on_mb" in r else ""
         print(f"| {r['work']} | {r['path']} | {r['on_s']:.3f} | {r['off_s']:.3f} | {r['speedup']:.2f}x | "
-              f"{'yes' if chosen[r['path']] else 'no'} |")  # fmt: skip
+              f"{'yes' if chosen[r['path']] else 'no'} | {mem} |")  # fmt: skip
     print(json.dumps({"bench": "paths", "cpu": info.to_dict(), "torch": torch.__version__, "defaults": chosen,
                       "rows": [{k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()} for r in rows]}))
     return 0

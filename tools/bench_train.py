@@ -28,10 +28,12 @@ REPO = Path(__file__).resolve().parents[1]
 def worker(args: argparse.Namespace) -> dict:
     import torch
 
+    from asr import speed
     from asr.config import load_config
     from asr.hardware import autocast, resolve_precision
     from asr.model import ASRModel
 
+    speed.configure_process()  # as the command line does at start-up (heap_reuse)
     device = torch.device(args.device)
     precision = resolve_precision(args.precision, device)
     cfg = load_config(args.config, [f"model.vocab_size={args.vocab}"])

@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 
-from .. import __version__
+from .. import __version__, speed
 from .data import (
     add_cmvn,
     add_download,
@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         datefmt="%H:%M:%S",
     )
     run = {name: fn for name, _, fn in COMMANDS}[args.command]
+    speed.configure_process()
     try:
         return int(run(args) or 0)
     except (ValueError, FileNotFoundError) as e:  # config, audio and data errors carry their own context
