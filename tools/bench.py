@@ -95,8 +95,8 @@ def _build_train(system: str):
     return build(VOCAB), loss_fn, Batch(feats, feat_lens, tokens, token_lens)
 
 
-def worker_train(system: str, precision: str, threads: int, steps: int) -> dict:
-    """Forward + backward of one batch, ``steps`` times after one warm-up step; times and memory."""
+def worker_train(system: str, precision: str, threads: int, steps: int, warmup: int = 1) -> dict:
+    """Forward + backward of one batch, ``steps`` times after ``warmup`` steps; times and memory."""
     import torch
 
     _set_threads(threads)
@@ -105,14 +105,14 @@ def worker_train(system: str, precision: str, threads: int, steps: int) -> dict:
     rss_built, _ = _mem_mb()
     params = sum(p.numel() for p in model.parameters())
     times, losses = [], []
-    for i in range(steps + 1):
+    for i in range(steps + warmup):
         model.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
             loss = loss_fn(model, batch)
         loss.backward()
         dt = time.perf_counter() - t0
-        if i > 0:
+        if i >= warmup:
             times.append(dt)
         losses.append(float(loss))
     _, peak = _mem_mb()
@@ -356,7 +356,7 @@ def _median(results: list[dict], key: str) -> float | None:
     return statistics.median(vals) if vals else None
 
 
-def section_train(systems: list[str], threads_list: list[int], reps: int, steps: int, log,
+def section_train(systems: list[str], threads_list: list[int], reps: int, steps: int, log, warmup: int = 1,
                   bf16: bool = True) -> tuple[list, dict]:  # fmt: skip
     runs: dict[tuple, list[dict]] = {}
     precisions = ("fp32", "bf16") if bf16 else ("fp32",)
@@ -365,7 +365,7 @@ def section_train(systems: list[str], threads_list: list[int], reps: int, steps:
         for threads in threads_list:
             order = configs[rep % len(configs):] + configs[: rep % len(configs)]  # rotate the order each rep
             for system, prec in order:
-                r = run_worker("train", system, threads, precision=prec, steps=steps)
+                r = run_worker("train", system, threads, precision=prec, steps=steps, warmup=warmup)
                 runs.setdefault((system, prec, threads), []).append(r)
                 log(f"  train rep {rep + 1}/{reps} {threads}T {system} {prec}: "
                     + (f"{r['step_s']:.2f} s/step, peak {r['peak_rss_mb']:.0f} MB" if "step_s" in r else r["error"]))
@@ -450,7 +450,9 @@ def main() -> None:
                     help="comma list of: train, bf16, decode, features")
     ap.add_argument("--reps", type=int, default=3, help="repetitions (one process per system per repetition)")
     ap.add_argument("--threads", default="2,1", help="comma list of thread counts")
-    ap.add_argument("--steps", type=int, default=2, help="timed training steps per process (after 1 warm-up)")
+    ap.add_argument("--steps", type=int, default=2, help="timed training steps per process (after the warm-up)")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="untimed training steps first, every system alike (5: the steady state of a long run)")
     ap.add_argument("--systems", default=",".join(TRAIN_SYSTEMS), help="training systems to run")
     ap.add_argument("--decode-systems", default=",".join(DECODE_SYSTEMS), help="decoding systems to run")
     ap.add_argument("--bf16-model", default="", help="bf16 section: a trained model directory to decode with")
@@ -488,7 +490,7 @@ def main() -> None:
         print("bf16 rows skipped: this CPU has no native bf16 arithmetic (emulated bf16: many times slower than fp32)")
         sections = [s for s in sections if s != "bf16"]
     if "train" in sections:
-        rows, r = section_train(systems, threads_list, args.reps, args.steps, log, bf16=native_bf16)
+        rows, r = section_train(systems, threads_list, args.reps, args.steps, log, args.warmup, bf16=native_bf16)
         ratios.update(r)
         print_table(
             f"Training step, forward + backward, batch 8 x 1000 frames (lengths 850-1000), medians of {args.reps} runs",
