@@ -13,12 +13,13 @@ faster than that reference on that kind of CPU. ``asr.hardware.cpu_info`` says w
 
 The last is not a kernel but a setting of the process, made once at start-up by
 :func:`configure_process` (the command line and the benchmarks that time us call it). glibc
-serves every block over 128 KB (at most 32 MB) with a fresh ``mmap`` and unmaps it on free, so each
-training step and each decoding batch asks the kernel for its activations again and faults in every
-page of them (the zeroing shows up as slow ``copy_``s and first writes in a profile). With
-``heap_reuse`` all blocks come from the heap and freed memory stays with the process for the
-next step: a training step of the 100 h model 1.19x faster and batched decoding 1.1x limited to
-AVX2, at 3-13% more peak resident memory (``tools/bench_paths.py``, README Performance).
+serves every block over its mmap threshold (128 KB, rising to at most 32 MB) with a fresh ``mmap``
+and unmaps it on free, so each training step and each decoding batch asks the kernel for its
+activations again and faults in every page of them (the zeroing shows up as slow ``copy_``s and
+first writes in a profile). With ``heap_reuse`` all blocks come from the heap and freed memory
+stays with the process for the next step: a training step of the 100 h model 1.62x faster on an
+AMD EPYC at its full ISA and 1.17x limited to AVX2, decoding 1.00-1.03x, at 3-8% more peak
+resident memory (``tools/bench_paths.py``, README Performance).
 
 The measurements behind the table are in the README (Performance, "Speed paths"). MKL's fp32
 products take a generic code path on non-Intel CPUs: on an AMD EPYC with AVX-512, oneDNN ran
