@@ -93,6 +93,35 @@ def test_cpu_dropout_mask_statistics_and_gradient():
     assert dropout(x, 0.25, False) is x and dropout(x, 0.0, True) is x
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_dropout_equals_the_masked_reference_in_each_dtype(dtype):
+    """fp32 applies the mask with ``where``, bf16 multiplies by it as uint8: the same values (a dropped
+    negative is -0.0 in bf16, equal to 0.0) and the same gradient as where(mask, x, 0) * scale."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 300).to(dtype).requires_grad_(True)
+    torch.manual_seed(4)
+    y = dropout(x, 0.1, True)
+    torch.manual_seed(4)
+    keep = keep_mask(x.shape, 0.1)
+    ref = torch.where(keep, x.detach(), 0) * (1 / (1 - effective_p(0.1)))
+    assert y.dtype == dtype and torch.equal(y.detach(), ref)
+    g = torch.randn(64, 300).to(dtype)
+    y.backward(g)
+    assert torch.equal(x.grad, torch.where(keep, g, 0) * (1 / (1 - effective_p(0.1))))
+
+
+def test_flatten_channels_sends_a_channels_last_gradient():
+    from asr.model.fast import flatten_channels
+
+    y = torch.randn(2, 5, 7, 3).contiguous(memory_format=torch.channels_last).requires_grad_(True)
+    out = flatten_channels(y)
+    assert torch.equal(out, y.detach().transpose(1, 2).flatten(2))
+    g = torch.randn_like(out)
+    out.backward(g)
+    assert y.grad.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(y.grad, g.view(2, 7, 5, 3).transpose(1, 2))
+
+
 def test_attention_dropout_path_matches_sdpa_when_nothing_is_dropped():
     """The CPU training path (explicit softmax, cheaper mask) computes SDPA's attention."""
     torch.manual_seed(0)

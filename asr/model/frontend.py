@@ -129,8 +129,7 @@ class Conv2dFrontend(nn.Module):
             x = fast.conv_stack(x, self.conv)  # = self.conv(x.unsqueeze(1)): (B, C, T', F')
         else:
             x = self.conv(x.unsqueeze(1))
-        b, c, t, f = x.shape
-        x = stack_frames(x.transpose(1, 2).reshape(b, t, c * f), self.stack)  # columns (stack, c, f)
+        x = stack_frames(fast.flatten_channels(x), self.stack)  # (B, T', stack * C * F'), columns (stack, c, f)
         return self.proj(x), self.output_lengths(lens, t_in)  # (B, T' / stack, D)
 
 

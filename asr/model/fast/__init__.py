@@ -11,12 +11,13 @@ faster (``tools/bench_paths.py``):
     attention               F.scaled_dot_product_attention             cheap_dropout (training on CPU)
     relu_dropout            F.dropout(F.relu(h))                       always: one saved tensor instead of two
     conv_stack              conv(x.unsqueeze(1)), the frontend's convs conv_channels_last
+    flatten_channels        y.transpose(1, 2).flatten(2)               always: a channels-last gradient
 """
 
 from .attention_dropout import attention
 from .cheap_dropout import Dropout, dropout
-from .conv_channels_last import conv_stack
+from .conv_channels_last import conv_stack, flatten_channels
 from .fused_relu_dropout import relu_dropout
 from .onednn_linear import Linear, linear
 
-__all__ = ["Linear", "linear", "Dropout", "dropout", "attention", "relu_dropout", "conv_stack"]
+__all__ = ["Linear", "linear", "Dropout", "dropout", "attention", "relu_dropout", "conv_stack", "flatten_channels"]

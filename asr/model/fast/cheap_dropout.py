@@ -50,13 +50,18 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> torch.Tensor:
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """``F.dropout(x, p, training)``; on CPU with the cheaper mask of :func:`keep_mask`.
 
-    Backward keeps only the bool mask, as PyTorch's dropout does."""
+    Backward keeps only the mask (one byte per element), as PyTorch's dropout does. A dropped
+    element is ``x * 0``: -0.0 where x is negative (equal to 0.0 in every sum that follows)."""
     if not training or p == 0.0:
         return x
     if not _cheap(x.device):
         return F.dropout(x, p, True)
-    # where, not mul: no float copy of the bool mask (a full extra pass); backward saves only the mask
-    return torch.where(keep_mask(x.shape, p), x, 0).mul_(dropout_scale(p, x.device))
+    keep = keep_mask(x.shape, p)  # backward keeps only this mask
+    if x.dtype == torch.float32:  # times a uint8 mask would first copy it to float32, a full-size temporary
+        return torch.where(keep, x, 0).mul_(dropout_scale(p, x.device))
+    # bf16: times the mask as uint8 (a view of the bool), which PyTorch's CPU kernels vectorise without
+    # a copy, unlike ``where`` (4x slower on the FFN's output, at the full ISA and limited to AVX2)
+    return (x * keep.view(torch.uint8)).mul_(dropout_scale(p, x.device))
 
 
 class Dropout(nn.Dropout):
