@@ -249,6 +249,7 @@ class DecodeConfig:
     precision: str = "fp32"  # "fp32", "auto", "bf16", "fp16": as train.precision (auto: bf16 only where native)
     lm: str = ""  # LM directory fused by default (asr decode/transcribe --lm override it); relative: to the model dir
     lm_weight: float = 0.0  # shallow fusion: + lm_weight * log p_lm per token; 0: no LM
+    quantize_lm: bool = False  # the LM's matrix products in int8 (asr.lm.quantize): faster fusion, not ESPnet-equal
     speed: float = 1.0  # play the audio this many times faster before the features (resampled, pitch too, as
     # training's speed perturbation); 1.0: as recorded
     speeds: list[float] = field(default_factory=list)  # a test-time ensemble: the audio played at each speed,

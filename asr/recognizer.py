@@ -67,7 +67,7 @@ class Recognizer:
         from .decode import recognize
 
         cfg = decode or self.config.decode
-        lm = self.lm.model if self.lm is not None and cfg.lm_weight else None
+        lm = self.lm.network(cfg.quantize_lm) if self.lm is not None and cfg.lm_weight else None
         return recognize(self.model, feats, feat_lens, cfg, lm)
 
     def recognize_views(self, views, decode: DecodeConfig | None = None):
@@ -76,7 +76,7 @@ class Recognizer:
         from .decode.speeds import recognize_views
 
         cfg = decode or self.config.decode
-        lm = self.lm.model if self.lm is not None and cfg.lm_weight else None
+        lm = self.lm.network(cfg.quantize_lm) if self.lm is not None and cfg.lm_weight else None
         return recognize_views(self.model, views, cfg, lm)
 
     def text(self, tokens: list[int]) -> str:

@@ -92,6 +92,11 @@ def test_lm_trains_with_the_shared_loop(text, tmp_path, kind):
     got = json.loads(r.stdout)
     assert got["ppl_token"] == pytest.approx(ppl[-1], rel=1e-4)
     assert got["sentences"] == 8 and got["ppl_word"] > got["ppl_token"]
+    # with int8 products (the LM --quantize-lm fuses): close to the LM's own perplexity
+    r = run_cli(["lm", "eval", "--model", str(exp), "--text", str(text["dev"]), "--json", "--quantize"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    int8 = json.loads(r.stdout)
+    assert int8["quantized"] and int8["ppl_token"] == pytest.approx(got["ppl_token"], rel=0.02)
     # asr average on an LM run writes an LM directory
     r = run_cli(["average", "--exp", str(exp), "--num", "2", "--by", "last", "--out", str(tmp_path / "avg")])
     assert r.returncode == 0, r.stderr[-2000:]
@@ -127,6 +132,10 @@ def test_decode_and_transcribe_with_lm_and_vocabulary_check(text, tmp_path, data
     assert r.returncode == 0, r.stderr[-2000:]
     assert "lm_weight 0.5" in r.stdout and len(out.read_text().splitlines()) == 3
     assert json.loads(out.with_suffix(".settings.json").read_text())["decode"]["lm_weight"] == 0.5
+    r = run_cli(["decode", "--model", str(text["asr"]), "--manifest", str(manifest), "--out", str(out), "--quantize-lm",
+                 "--lm", str(tmp_path / "lm"), "--lm-weight", "0.5", "--beam-size", "2", "--num-workers", "0"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(out.with_suffix(".settings.json").read_text())["decode"]["quantize_lm"] is True
     flac = librispeech_records(data_root)[0]["audio"]
     r = run_cli(["transcribe", flac, "--model", str(text["asr"]), "--lm", str(tmp_path / "lm"), "--lm-weight", "0.5",
                  "--beam-size", "2"])  # fmt: skip

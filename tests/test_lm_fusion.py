@@ -2,6 +2,8 @@
 
 The ASR model is the tiny one trained briefly on the synthetic task (``helpers_decode``); the LMs
 have random weights made peaky (an LM that barely moves the scores would let wrong fusion pass).
+``transformer_int8`` is the Transformer LM with int8 products (``asr.lm.quantize``): every property
+of fusion holds for it too.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from asr.config import DecodeConfig
 from asr.decode import attention_rescoring, beam_search, ctc_prefix_beam_search, recognize
 from asr.decode.ctc_beam import lm_sequence_log_probs
 from asr.lm import LanguageModel, LMConfig, LMExperimentConfig, build_lm, check_lm_fits
+from asr.lm.quantize import quantize_lm
 
 VOCAB = 12
 
@@ -24,12 +27,12 @@ ESPNET_FORM = {"embed_dim": 16, "positions": "none", "layer_norm_eps": 1e-12}  #
 def random_lm(kind: str, vocab: int = VOCAB, seed: int = 1, sharpen: float = 4.0) -> torch.nn.Module:
     torch.manual_seed(seed)
     extra = ESPNET_FORM if kind == "transformer_espnet" else {}
-    cfg = LMConfig(type=kind.removesuffix("_espnet"), vocab_size=vocab, d_model=32, heads=4, ffn_dim=64, layers=2,
-                   dropout=0.0, **extra)  # fmt: skip
+    cfg = LMConfig(type=kind.removesuffix("_espnet").removesuffix("_int8"), vocab_size=vocab, d_model=32, heads=4,
+                   ffn_dim=64, layers=2, dropout=0.0, **extra)  # fmt: skip
     lm = build_lm(cfg).eval()
     with torch.no_grad():
         lm.output.weight.mul_(sharpen)
-    return lm
+    return quantize_lm(lm) if kind.endswith("_int8") else lm
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +49,7 @@ def encoded(trained):
     return feats, lens, memory, mem_lens
 
 
-@pytest.fixture(scope="module", params=["transformer", "lstm", "transformer_espnet"])
+@pytest.fixture(scope="module", params=["transformer", "lstm", "transformer_espnet", "transformer_int8"])
 def lm(request):
     return random_lm(request.param)
 

@@ -70,6 +70,7 @@ def test_in_domain_lm_lowers_wer_on_held_out_speech(data_root, tmp_path):
     ).validate()
     train(lm_cfg, tmp_path / "lm", task=LMTask(lm_cfg))
     ppl = perplexity(load_lm(tmp_path / "lm"), [tmp_path / "held.txt"])
+    ppl8 = perplexity(load_lm(tmp_path / "lm"), [tmp_path / "held.txt"], quantized=True)
 
     rec = load_model(tmp_path / "asr").use_lm(tmp_path / "lm")
     ds = ASRDataset(held, rec.tokenizer, rec.config.data, train=False)
@@ -77,7 +78,11 @@ def test_in_domain_lm_lowers_wer_on_held_out_speech(data_root, tmp_path):
     decode = rec.config.decode.updated(mode="attention", beam_size=10, ctc_weight=0.8)
     without = wer(rec, held, batch, decode.updated(lm_weight=0.0))
     with_lm = {w: wer(rec, held, batch, decode.updated(lm_weight=w)) for w in (1.0, 2.0)}
+    int8 = {w: wer(rec, held, batch, decode.updated(lm_weight=w, quantize_lm=True)) for w in (1.0, 2.0)}
     print(f"\nreal speech, 8 held-out utterances (129 words): WER {without:.1f}% without LM, "
           + ", ".join(f"{v:.1f}% with LM weight {w}" for w, v in with_lm.items())
-          + f"; LM perplexity on their text {ppl.per_token:.2f}/char; {time.time() - t0:.0f} s")  # fmt: skip
+          + " (quantized LM: " + ", ".join(f"{v:.1f}%" for v in int8.values()) + ")"
+          + f"; LM perplexity on their text {ppl.per_token:.3f}/char ({ppl8.per_token:.3f} quantized); "
+          + f"{time.time() - t0:.0f} s")  # fmt: skip
     assert with_lm[2.0] < 0.6 * without and with_lm[1.0] < without
+    assert int8[2.0] < 0.6 * without and int8[1.0] < without  # int8 products (--quantize-lm) keep the gain

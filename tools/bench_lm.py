@@ -6,8 +6,9 @@ The 100 h model (random weights, vocabulary 5000) and the LibriSpeech LM config
 16 utterances of 10 s (random fbank; the search does the same work whatever the input), every
 output forced to 30 tokens (eos suppressed before, forced after) so that every variant does equal
 work; beam 10, CTC weight 0.3, 2 threads by default. Encoder included. ``--lstm`` adds an LSTM LM
-(2 x 1024, ESPnet's LibriSpeech RNN LM size). The target of issue 19: the Transformer LM costs at
-most 1.5x the time of decoding without it. Prints a table and one JSON line.
+(2 x 1024, ESPnet's LibriSpeech RNN LM size). Each LM runs as it is and with int8 products
+(``--quantize-lm``, ``asr.lm.quantize``: the "int8" rows). The target of issue 19: the Transformer
+LM costs at most 1.5x the time of decoding without it. Prints a table and one JSON line.
 
     python tools/bench_lm.py [--utts 16] [--seconds 10] [--beam 10] [--tokens 30] [--threads 2] [--lstm]
                              [--precision fp32|auto|bf16] [--split]
@@ -27,6 +28,7 @@ from asr.config import load_config
 from asr.decode import beam_search
 from asr.hardware import autocast, cpu_info, resolve_precision
 from asr.lm import LMConfig, build_lm, load_lm_config
+from asr.lm.quantize import quantize_lm
 from asr.model import ASRModel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,7 +101,7 @@ def main() -> None:
     ap.add_argument("--lm-weight", type=float, default=0.6)
     ap.add_argument("--tokens", type=int, default=30)
     ap.add_argument("--threads", type=int, default=2, help="torch threads (0: torch's default)")
-    ap.add_argument("--repeats", type=int, default=1, help="timed runs per variant (the best counts)")
+    ap.add_argument("--repeats", type=int, default=1, help="timed runs per variant, in turn (the best counts)")
     ap.add_argument("--lstm", action="store_true", help="also an LSTM LM (2 layers of 1024)")
     ap.add_argument("--split", action="store_true",
                     help="also where the Transformer LM's time goes: its steps, KV-cache reorders (the decoder's "
@@ -125,30 +127,30 @@ def main() -> None:
     frames = int(args.seconds * 100)
     feats = torch.randn(args.utts, frames, cfg.model.input_dim)
     lens = torch.full((args.utts,), frames)
-    variants = [("no LM", None), *lms.items()]
+    variants = [("no LM", None)]
+    for name, lm in lms.items():
+        variants += [(name, lm), (f"{name} int8", quantize_lm(lm))]
     for _, lm in variants:  # warm-up
         decode(model, feats[:2, :200], lens[:2].clamp_max(200), 2, args.ctc_weight, 3, lm, args.lm_weight, precision)
     record = {"bench": "lm", "utts": args.utts, "seconds": args.seconds, "beam": args.beam, "tokens": args.tokens,
               "ctc_weight": args.ctc_weight, "lm_weight": args.lm_weight, "threads": torch.get_num_threads(),
               "precision": precision, "lm_layers": lm_cfg.layers, "lm_d_model": lm_cfg.d_model,
               "cpu": info.to_dict()}  # fmt: skip
-    rows = []
-    base = None
-    for name, lm in variants:
-        best = float("inf")
-        for _ in range(args.repeats):
+    best = {name: float("inf") for name, _ in variants}
+    for _ in range(args.repeats):  # the variants in turn, so that a drifting machine slows them alike
+        for name, lm in variants:
             t0 = time.perf_counter()
             hyps = decode(model, feats, lens, args.beam, args.ctc_weight, args.tokens, lm, args.lm_weight, precision)
-            best = min(best, time.perf_counter() - t0)
-        assert all(len(h) == args.tokens for h in hyps)
-        base = best if base is None else base
-        rows.append((name, best, args.utts / best, best / base))
-        key = name.lower().replace(" ", "_")
-        record[key] = {"seconds": round(best, 3), "utt_per_s": round(args.utts / best, 3),
-                       "x_no_lm": round(best / base, 3)}
-    print(f"{'variant':<16}{'seconds':>10}{'utt/s':>10}{'x no LM':>10}")
+            best[name] = min(best[name], time.perf_counter() - t0)
+            assert all(len(h) == args.tokens for h in hyps)
+    base = best["no LM"]
+    rows = [(name, t, args.utts / t, t / base) for name, t in best.items()]
     for name, t, ups, x in rows:
-        print(f"{name:<16}{t:>10.2f}{ups:>10.2f}{x:>9.2f}x")
+        record[name.lower().replace(" ", "_")] = {"seconds": round(t, 3), "utt_per_s": round(ups, 3),
+                                                  "x_no_lm": round(x, 3)}  # fmt: skip
+    print(f"{'variant':<21}{'seconds':>10}{'utt/s':>10}{'x no LM':>10}")
+    for name, t, ups, x in rows:
+        print(f"{name:<21}{t:>10.2f}{ups:>10.2f}{x:>9.2f}x")
     if args.split:
         record["transformer_lm_split"] = parts = split(model, lms["Transformer LM"], feats, lens, args, precision)
         print("Transformer LM: " + ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in parts.items()))

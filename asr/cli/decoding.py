@@ -8,8 +8,8 @@ import sys
 
 def _decode_settings(args: argparse.Namespace, base):
     """The model's decode section with the command-line overrides applied."""
-    keys = ("mode", "beam_size", "ctc_weight", "length_bonus", "max_frames", "precision", "lm_weight", "speed",
-            "speeds")
+    keys = ("mode", "beam_size", "ctc_weight", "length_bonus", "max_frames", "precision", "lm_weight", "quantize_lm",
+            "speed", "speeds")
     over = {k: getattr(args, k, None) for k in keys}
     if over["speed"] is not None:  # one speed replaces the config's ensemble, and an ensemble its one speed
         over["speeds"] = []
@@ -46,6 +46,8 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lm", help="LM directory (asr lm train) fused by shallow fusion (default: the model config's "
                                 "decode.lm)")  # fmt: skip
     p.add_argument("--lm-weight", type=float, help="weight of log p_lm per token (default: decode.lm_weight; 0: no LM)")
+    p.add_argument("--quantize-lm", action=argparse.BooleanOptionalAction, default=None,
+                   help="the LM's matrix products in int8 (faster fusion; default: decode.quantize_lm, off)")
     p.add_argument("--speed", type=_positive, default=None, metavar="F",
                    help="play the audio F times faster (resampled: pitch moves too, as training's speed perturbation) "
                         "before decoding (default: the model config's decode.speed, 1.0: as recorded)")

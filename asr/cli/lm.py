@@ -23,6 +23,7 @@ def add_lm(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--model", required=True, help="LM directory")
     e.add_argument("--text", nargs="+", required=True, metavar="FILE", help="text files or manifests")
     e.add_argument("--device", default="cpu")
+    e.add_argument("--quantize", action="store_true", help="the LM with int8 products (as --quantize-lm fuses it)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument("--json-out", metavar="FILE", help="also write the JSON object to FILE (recipes collect these)")
 
@@ -55,8 +56,9 @@ def _eval(args: argparse.Namespace) -> int:
     from ..lm.directory import load_lm
     from ..lm.evaluate import perplexity
 
-    ppl = perplexity(load_lm(args.model, args.device), args.text)
-    record = json.dumps({**dataclasses.asdict(ppl), "ppl_token": ppl.per_token, "ppl_word": ppl.per_word})
+    ppl = perplexity(load_lm(args.model, args.device), args.text, quantized=args.quantize)
+    record = json.dumps({**dataclasses.asdict(ppl), "ppl_token": ppl.per_token, "ppl_word": ppl.per_word,
+                         "quantized": args.quantize})  # fmt: skip
     if args.json_out:
         Path(args.json_out).write_text(record + "\n", encoding="utf-8")
     if args.json:

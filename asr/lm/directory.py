@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -32,13 +32,29 @@ class LanguageModel:
     config: LMExperimentConfig
     tokenizer: Tokenizer | None
     path: Path
+    _int8: torch.nn.Module | None = field(default=None, repr=False)  # quantize_lm(model), made once when asked
 
     @property
     def vocab_size(self) -> int:
         return self.config.lm.vocab_size
 
+    def network(self, quantized: bool = False) -> torch.nn.Module:
+        """The network fusion runs: ``model``, or its copy with int8 products (``decode.quantize_lm``)."""
+        if not quantized:
+            return self.model
+        device = next(self.model.parameters()).device
+        if device.type != "cpu":
+            raise ValueError(f"--quantize-lm (decode.quantize_lm): int8 products are for decoding on a CPU, the LM "
+                             f"{self.path} is on {device}; there decode with --precision auto instead")  # fmt: skip
+        if self._int8 is None:
+            from .quantize import quantize_lm
+
+            self._int8 = quantize_lm(self.model)
+        return self._int8
+
     def to(self, device: str | torch.device) -> LanguageModel:
         self.model.to(device)
+        self._int8 = None  # made again, from the moved network, when next asked
         return self
 
 

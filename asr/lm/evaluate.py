@@ -42,15 +42,17 @@ class Perplexity:
 
 
 @torch.inference_mode()
-def perplexity(lm: LanguageModel, paths: Sequence[str | os.PathLike], batch_size: int = 64) -> Perplexity:
+def perplexity(lm: LanguageModel, paths: Sequence[str | os.PathLike], batch_size: int = 64,
+               quantized: bool = False) -> Perplexity:  # fmt: skip
     """Perplexity of ``lm`` on the sentences of ``paths`` (text files or manifests), normalised and
-    tokenised as in training (``lm.config.data.normalizer``, the LM's tokenizer)."""
+    tokenised as in training (``lm.config.data.normalizer``, the LM's tokenizer); ``quantized``: of
+    its copy with int8 products (``asr.lm.quantize``), the network ``--quantize-lm`` fuses."""
     if lm.tokenizer is None:
         raise ValueError(f"{lm.path}: the LM directory has no tokenizer.model; it is needed to read text")
     texts = [t for p in paths for t in (normalize(s, lm.config.data.normalizer) for s in read_sentences(p)) if t]
     if not texts:
         raise ValueError(f"{', '.join(map(str, paths))}: no sentences")
-    loss = LMLoss(lm.model).eval()
+    loss = LMLoss(lm.network(quantized)).eval()
     dev = next(lm.model.parameters()).device
     nll = 0.0
     tokens = 0
