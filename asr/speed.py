@@ -5,7 +5,10 @@ Each path computes what its plain PyTorch reference computes (equivalence tests 
 faster than that reference on that kind of CPU. ``asr.hardware.cpu_info`` says which kind.
 
     path                  what                                              where it runs by default
-    onednn_linear         fp32 Linear products in oneDNN instead of MKL     AMD CPUs with AVX-512 kernels
+    onednn_linear         fp32 Linear products in oneDNN instead of MKL,    AMD CPUs with AVX-512 kernels
+                          when autograd records them (training)
+    onednn_inference      the same for products outside autograd            AMD CPUs
+                          (decoding, validation)
     conv_channels_last    Conv2d frontend channels-last, written backward   every CPU
     cheap_dropout         dropout mask from 16-bit slices of random words   every CPU
     fbank_batch           batched float32 fbank with float64 fix-ups        every CPU
@@ -24,10 +27,14 @@ resident memory (``tools/bench_paths.py``, README Performance).
 The measurements behind the table are in the README (Performance, "Speed paths"). MKL's fp32
 products take a generic code path on non-Intel CPUs: on an AMD EPYC with AVX-512, oneDNN ran
 the FFN's product 2.2x faster; on the same AMD limited to AVX2 and on Intel CPUs (AVX-512, or
-limited to AVX2) MKL was faster, so the vendor decides that one path.
+limited to AVX2) MKL was faster for training, so the vendor and the ISA decide that path. In
+decoding (no autograd) the same AMD limited to AVX2 ran 1.07-1.12x faster with oneDNN (16 x 10 s
+batched and one at a time, vocabularies of 500 and 5000, alternating), hence the second path,
+on every AMD CPU.
 
 Override any of them with ``ASR_SPEED_PATHS="onednn_linear=0,cheap_dropout=1"`` (``ASR_ONEDNN_LINEAR=0``
-still turns the first off), or in code with :func:`override` (benchmarks and tests).
+turns both oneDNN paths off: every fp32 product in MKL), or in code with :func:`override`
+(benchmarks and tests).
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["PATHS", "enabled", "defaults", "active", "override", "configure_process"]
 
-PATHS = ("onednn_linear", "conv_channels_last", "cheap_dropout", "fbank_batch", "heap_reuse")
+PATHS = ("onednn_linear", "onednn_inference", "conv_channels_last", "cheap_dropout", "fbank_batch", "heap_reuse")
 PROCESS_PATHS = ("heap_reuse",)  # set once per process by configure_process, not per call
 
 
@@ -53,6 +60,7 @@ def defaults(info: CpuInfo) -> dict[str, bool]:
     """The measured choice for a CPU (see the module docstring)."""
     return {
         "onednn_linear": info.vendor == "AuthenticAMD" and info.avx512_kernels,
+        "onednn_inference": info.vendor == "AuthenticAMD",
         "conv_channels_last": True,
         "cheap_dropout": True,
         "fbank_batch": True,
@@ -63,7 +71,7 @@ def defaults(info: CpuInfo) -> dict[str, bool]:
 def _from_env() -> dict[str, bool]:
     out: dict[str, bool] = {}
     if os.environ.get("ASR_ONEDNN_LINEAR") == "0":
-        out["onednn_linear"] = False
+        out["onednn_linear"] = out["onednn_inference"] = False
     spec = os.environ.get("ASR_SPEED_PATHS", "").strip()
     for item in filter(None, (s.strip() for s in spec.split(","))):
         name, _, value = item.partition("=")

@@ -130,8 +130,11 @@ def test_speed_paths_follow_the_cpu():
     limited_amd = hardware.CpuInfo(**{**AMD_AVX512_BF16, "onednn_max_isa": "AVX2"})
     assert speed.defaults(amd)["onednn_linear"]  # MKL's generic path on AMD: oneDNN 2.2x faster
     for info in (intel, avx2_amd, limited_amd):
-        assert not speed.defaults(info)["onednn_linear"]  # MKL was faster there
+        assert not speed.defaults(info)["onednn_linear"]  # MKL was faster there in training
         assert all(speed.defaults(info)[p] for p in ("conv_channels_last", "cheap_dropout", "fbank_batch"))
+    for info in (amd, avx2_amd, limited_amd):
+        assert speed.defaults(info)["onednn_inference"]  # decoding: oneDNN faster on AMD at either ISA
+    assert not speed.defaults(intel)["onednn_inference"]
 
 
 def test_speed_paths_can_be_overridden(monkeypatch):
@@ -151,7 +154,7 @@ def test_speed_paths_can_be_overridden(monkeypatch):
         speed._from_env()
     monkeypatch.setenv("ASR_SPEED_PATHS", "")
     monkeypatch.setenv("ASR_ONEDNN_LINEAR", "0")
-    assert speed._from_env() == {"onednn_linear": False}
+    assert speed._from_env() == {"onednn_linear": False, "onednn_inference": False}  # every product in MKL
 
 
 def test_plain_paths_compute_the_same_model():

@@ -222,8 +222,21 @@ def test_onednn_linear_falls_back_where_it_should():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not linear_mod._use_onednn(big, w)  # autocast: PyTorch's own bf16 path (oneDNN already)
         assert linear_mod.linear(big, w).dtype == torch.bfloat16
-    with speed.override(onednn_linear=False):  # off by asr.speed (or ASR_ONEDNN_LINEAR=0)
+    with speed.override(onednn_linear=False, onednn_inference=False):  # off by asr.speed (or ASR_ONEDNN_LINEAR=0)
         assert not linear_mod._use_onednn(big, w)
+
+
+@onednn
+def test_training_and_inference_products_follow_their_own_paths():
+    """onednn_linear decides the products autograd records, onednn_inference the others."""
+    big, w = torch.randn(64, 256), torch.randn(256, 256, requires_grad=True)
+    for train_on, infer_on in ((False, True), (True, False)):
+        with speed.override(onednn_linear=train_on, onednn_inference=infer_on):
+            assert linear_mod._use_onednn(big, w) == train_on  # recorded: training's path
+            with torch.no_grad():
+                assert linear_mod._use_onednn(big, w) == infer_on
+            assert linear_mod._use_onednn(big, w.detach()) == infer_on
+            assert linear_mod._use_onednn(big, w.detach(), "onednn_linear") == train_on  # onednn_mm's backward
 
 
 @onednn

@@ -8,9 +8,12 @@ product in fp32 arithmetic (no reduced-precision shortcut: errors against float6
 through ``torch.ops.mkldnn._linear_pointwise``, forward and backward; smaller ones (a decoder step
 of one hypothesis), other dtypes and devices, and autocast regions (where PyTorch already uses
 oneDNN for bf16) take ``F.linear``. Where the op is missing (a build without oneDNN) or
-the path is off (``asr.speed``: on by default only on AMD CPUs with AVX-512 kernels; on Intel
-CPUs and on AVX2-only CPUs MKL was faster), everything takes ``F.linear``. Measured side by side
-in ``tools/bench_paths.py`` and ``tools/bench.py`` (systems ``ours-*-mkl``).
+the path is off, everything takes ``F.linear``. Two paths of ``asr.speed`` decide, because
+training and decoding measured differently: ``onednn_linear`` for products that autograd records
+(training; on by default only on AMD CPUs with AVX-512 kernels: on AVX2-only AMD and on Intel
+CPUs MKL was faster there) and ``onednn_inference`` for products outside autograd (decoding,
+validation; on by default on every AMD CPU: limited to AVX2, decoding ran 1.07-1.12x faster in
+oneDNN). Measured side by side in ``tools/bench_paths.py`` and ``tools/bench.py`` (``ours-*-mkl``).
 """
 
 from __future__ import annotations
@@ -40,18 +43,24 @@ def _mm(a: torch.Tensor, b_t: torch.Tensor, bias: torch.Tensor | None = None) ->
     return _matmul(a, b_t, bias, "none", [], "")
 
 
-def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
+def _use_onednn(x: torch.Tensor, weight: torch.Tensor, path: str | None = None) -> bool:
+    """Whether ``x weight^T`` runs in oneDNN; ``path``: the ``asr.speed`` path that decides (default:
+    ``onednn_linear`` when autograd records the product, else ``onednn_inference``)."""
     if not (_matmul is not None and x.device.type == "cpu" and torch.backends.mkldnn.enabled):
         return False
     if x.dtype != torch.float32 or weight.dtype != torch.float32 or torch.is_autocast_enabled("cpu"):
         return False
+    if path is None:
+        recorded = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+        path = "onednn_linear" if recorded else "onednn_inference"
     in_dim = x.shape[-1]
-    return speed.enabled("onednn_linear") and in_dim > 0 and x.numel() // in_dim * in_dim * weight.shape[0] >= MIN_WORK
+    return speed.enabled(path) and in_dim > 0 and x.numel() // in_dim * in_dim * weight.shape[0] >= MIN_WORK
 
 
 def onednn_mm(a: torch.Tensor, b_t: torch.Tensor) -> torch.Tensor:
-    """``a @ b_t.T`` for 2-D tensors, in oneDNN where :func:`linear` would take it."""
-    return _mm(a, b_t) if _use_onednn(a, b_t) else a @ b_t.t()
+    """``a @ b_t.T`` for 2-D tensors of a training step's backward (the Conv2d frontend's weight
+    gradient), in oneDNN where ``onednn_linear`` puts training's products."""
+    return _mm(a, b_t) if _use_onednn(a, b_t, "onednn_linear") else a @ b_t.t()
 
 
 class _OneDNNLinear(torch.autograd.Function):
