@@ -37,7 +37,9 @@ INPUT_MAX = 127
 
 class Int8Linear(nn.Module):
     """``F.linear(x, weight, bias)`` with weight and input rounded to int8 (one scale per weight row
-    and per input row) and multiplied in integers. Inference only; output in fp32."""
+    and per input row) and multiplied in integers. Inference only. The output is fp32, or
+    autocast's dtype under autocast, as ``nn.Linear``'s would be (so the attention after it runs as
+    it would after a Linear: a bf16 query against the fp32 KV cache takes the cache's fp32 path)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
         super().__init__()
