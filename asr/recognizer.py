@@ -67,8 +67,7 @@ class Recognizer:
         from .decode import recognize
 
         cfg = decode or self.config.decode
-        lm = self.lm.network(cfg.quantize_lm) if self.lm is not None and cfg.lm_weight else None
-        return recognize(self.model, feats, feat_lens, cfg, lm)
+        return recognize(self.model, feats, feat_lens, cfg, self._fused_lm(cfg))
 
     def recognize_views(self, views, decode: DecodeConfig | None = None):
         """``{id: Hypothesis}`` over several views of the same utterances (``decode.speeds``):
@@ -76,8 +75,12 @@ class Recognizer:
         from .decode.speeds import recognize_views
 
         cfg = decode or self.config.decode
-        lm = self.lm.network(cfg.quantize_lm) if self.lm is not None and cfg.lm_weight else None
-        return recognize_views(self.model, views, cfg, lm)
+        return recognize_views(self.model, views, cfg, self._fused_lm(cfg))
+
+    def _fused_lm(self, cfg: DecodeConfig) -> torch.nn.Module | None:
+        """The LM network the search fuses with ``cfg`` (int8 with ``quantize_lm``); None without an
+        LM or at ``lm_weight`` 0."""
+        return self.lm.network(cfg.quantize_lm) if self.lm is not None and cfg.lm_weight else None
 
     def text(self, tokens: list[int]) -> str:
         if self.tokenizer is None:

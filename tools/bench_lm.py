@@ -144,13 +144,12 @@ def main() -> None:
             best[name] = min(best[name], time.perf_counter() - t0)
             assert all(len(h) == args.tokens for h in hyps)
     base = best["no LM"]
-    rows = [(name, t, args.utts / t, t / base) for name, t in best.items()]
-    for name, t, ups, x in rows:
+    print(f"{'variant':<21}{'seconds':>10}{'utt/s':>10}{'x no LM':>10}")
+    for name, t in best.items():
+        ups, x = args.utts / t, t / base
+        print(f"{name:<21}{t:>10.2f}{ups:>10.2f}{x:>9.2f}x")
         record[name.lower().replace(" ", "_")] = {"seconds": round(t, 3), "utt_per_s": round(ups, 3),
                                                   "x_no_lm": round(x, 3)}  # fmt: skip
-    print(f"{'variant':<21}{'seconds':>10}{'utt/s':>10}{'x no LM':>10}")
-    for name, t, ups, x in rows:
-        print(f"{name:<21}{t:>10.2f}{ups:>10.2f}{x:>9.2f}x")
     if args.split:
         record["transformer_lm_split"] = parts = split(model, lms["Transformer LM"], feats, lens, args, precision)
         print("Transformer LM: " + ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in parts.items()))
