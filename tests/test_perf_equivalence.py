@@ -257,3 +257,44 @@ def test_onednn_linear_no_grad_and_tied_weight_gradients():
     for a, p in zip(ours, (emb.weight, lin.weight, lin.bias), strict=True):
         torch.testing.assert_close(a, p.grad, rtol=1e-5, atol=1e-4)
     assert set(lin.state_dict()) == {"weight", "bias"}
+
+
+@onednn
+def test_inference_products_pack_the_weight_once_and_notice_every_change():
+    """Outside autograd the weight is packed once; an optimizer step, load_state_dict or any
+    in-place write makes a new packed copy, so no product ever uses a stale weight."""
+    torch.manual_seed(0)
+    lin = linear_mod.Linear(256, 2048)
+    x = torch.randn(10, 1, 256)
+    with speed.override(onednn_inference=True), torch.no_grad():
+        assert linear_mod._use_onednn(x, lin.weight)
+        packed = linear_mod.packed_weight(lin.weight)
+        assert linear_mod.packed_weight(lin.weight) is packed  # kept while unchanged
+        torch.testing.assert_close(lin(x), nn.functional.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+    opt = torch.optim.AdamW(lin.parameters(), lr=0.1)
+    lin(x).square().sum().backward()  # recorded: training's path, the plain weight
+    opt.step()
+    other = linear_mod.Linear(256, 2048)
+    for change in (lambda: None, lambda: lin.load_state_dict(other.state_dict()),
+                   lambda: lin.weight.mul_(0.5)):
+        with torch.no_grad():
+            change()
+            torch.testing.assert_close(lin(x), nn.functional.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(linear_mod.linear(x, lin.weight), x @ lin.weight.t(), rtol=1e-5, atol=1e-5)
+    with torch.inference_mode():
+        made_there = torch.randn(2048, 256)
+        assert linear_mod.packed_weight(made_there) is made_there  # no version counter: the plain weight
+        torch.testing.assert_close(linear_mod.linear(x, made_there), x @ made_there.t(), rtol=1e-5, atol=1e-5)
+
+
+@onednn
+@pytest.mark.parametrize("shape", [(256, 2048), (2048, 256), (256, 768), (512, 500)])
+def test_packed_product_rows_do_not_depend_on_the_batch(shape):
+    """A decoder step's row is the same alone (one utterance's beam) and in a batch of 160."""
+    k, n = shape
+    torch.manual_seed(0)
+    w, b, x = torch.randn(n, k), torch.randn(n), torch.randn(160, k)
+    with speed.override(onednn_inference=True), torch.no_grad():
+        full = linear_mod.linear(x, w, b)
+        for rows in (10, 20, 80):
+            assert torch.equal(linear_mod.linear(x[:rows], w, b), full[:rows])
