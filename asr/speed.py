@@ -8,7 +8,7 @@ faster than that reference on that kind of CPU. ``asr.hardware.cpu_info`` says w
     onednn_linear         fp32 Linear products in oneDNN instead of MKL,    AMD CPUs with AVX-512 kernels
                           when autograd records them (training)
     onednn_inference      the same for products outside autograd            AMD CPUs
-                          (decoding, validation)
+                          (decoding, validation), weights packed once
     conv_channels_last    Conv2d frontend channels-last, written backward   every CPU
     cheap_dropout         dropout mask from 16-bit slices of random words   every CPU
     fbank_batch           batched float32 fbank with float64 fix-ups        every CPU

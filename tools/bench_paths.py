@@ -12,10 +12,10 @@ child's peak resident memory. Training steps are fp32 (forward, backward, clippi
 AdamW) on fixed random batches: the FSDD model (``configs/fsdd/transformer.yaml``, 22 x 360
 frames of 40 bins) and the 100 h model (``configs/librispeech/transformer_100h.yaml`` with the
 conv2d frontend, 4 x 1000 frames). Decoding: the 100 h model (conv2d) on 8 random 10 s utterances,
-encoder and batched beam search (beam 10, CTC 0.3, 30 tokens each). fbank: the shared LibriSpeech
-utterances. The table and the
-JSON line name the CPU, ATen's capability and whether it has native bf16 (``asr.hardware``),
-and what ``asr.speed`` would choose here.
+encoder and batched beam search (beam 10, CTC 0.3, 30 tokens each), and on 4 one at a time.
+fbank: the shared LibriSpeech utterances. The table and the JSON line name the CPU, ATen's
+capability and whether it has native bf16 (``asr.hardware``), and what ``asr.speed`` would choose
+here.
 """
 
 from __future__ import annotations
@@ -64,9 +64,10 @@ def training_step(config: str, sets: list[str], batch: int, frames: int, vocab: 
     return step
 
 
-def decoding(utts: int, frames: int, vocab: int, tokens: int):
+def decoding(utts: int, frames: int, vocab: int, tokens: int, batch: int = 0):
     """A closure decoding ``utts`` random utterances with the 100 h model (conv2d frontend): encoder,
-    then the batched beam search (beam 10, CTC 0.3), every output forced to ``tokens`` tokens."""
+    then the batched beam search (beam 10, CTC 0.3), every output forced to ``tokens`` tokens;
+    ``batch`` utterances at a time (0: all at once)."""
     from asr.config import load_config
     from asr.decode import beam_search
     from asr.model import ASRModel
@@ -80,8 +81,9 @@ def decoding(utts: int, frames: int, vocab: int, tokens: int):
 
     @torch.inference_mode()
     def run() -> None:
-        memory, mem_lens = model.encode(feats, lens)
-        beam_search(model, memory, mem_lens, beam_size=10, ctc_weight=0.3, max_len=tokens, min_len=tokens)
+        for i in range(0, utts, batch or utts):
+            memory, mem_lens = model.encode(feats[i : i + (batch or utts)], lens[i : i + (batch or utts)])
+            beam_search(model, memory, mem_lens, beam_size=10, ctc_weight=0.3, max_len=tokens, min_len=tokens)
 
     return run
 
@@ -130,6 +132,7 @@ def make_works(models: str) -> dict:
         )
     if "decode" in models:
         works["100 h decoding, 8 x 10 s (fp32)"] = lambda: decoding(8, 1000, 500, 30)
+        works["100 h decoding, 4 x 10 s one at a time (fp32)"] = lambda: decoding(4, 1000, 500, 30, batch=1)
     return works
 
 
