@@ -44,11 +44,45 @@ def decode(model, feats, lens, beam, ctc_weight, n_tokens, lm=None, lm_weight=0.
     return [h[0].tokens for h in out]
 
 
+def products_alone(lm, rows: int, steps: int, precision: str) -> float:
+    """Seconds of ``steps`` steps of the LM's matrix products alone: every Linear (int8 ones
+    included, with their rounding) and the output layer on random (rows, features) inputs."""
+    from asr.lm.quantize import Int8Linear
+
+    linears = [m for m in lm.modules() if isinstance(m, (torch.nn.Linear, Int8Linear))]
+    x = {m.in_features: torch.randn(rows, m.in_features) for m in linears}
+    x.setdefault(lm.cfg.d_model, torch.randn(rows, lm.cfg.d_model))
+    with torch.inference_mode(), autocast(precision, "cpu"):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            for m in linears:
+                m(x[m.in_features])
+            if lm.output is None:  # tied: the product through the embedding, not a module of its own
+                lm._logits(x[lm.cfg.d_model])
+        return time.perf_counter() - t0
+
+
+def attention_alone(lm, rows: int, steps: int) -> float:
+    """Seconds of the self-attention of ``steps`` steps over a KV cache laid out as the search's
+    (``asr.model.kv_cache``: rows, time, layers, K/V, heads, d_k), one query per row and layer."""
+    cfg = lm.cfg
+    d_k = cfg.d_model // cfg.heads
+    buf = torch.randn(rows, steps, cfg.layers, 2, cfg.heads, d_k)
+    q = torch.randn(rows, cfg.heads, 1, d_k)
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        for t in range(1, steps + 1):
+            for layer in range(cfg.layers):
+                kv = buf[:, :t, layer].permute(2, 0, 3, 1, 4)
+                torch.nn.functional.scaled_dot_product_attention(q, kv[0], kv[1])
+        return time.perf_counter() - t0
+
+
 def split(model, lm, feats, lens, args, precision: str) -> dict[str, float]:
     """Where the Transformer LM's time goes inside one fused search: its steps (``lm.step``), the
     reorders of its KV cache (the decoder's included; with the mean share of rows a reorder moves),
-    and, for scale, the same number of steps of its matrix products
-    alone (every Linear and the output layer on random (B x beam, d_model) inputs)."""
+    and, for scale, the same number of steps of its matrix products alone (as they are and int8)
+    and of its attention over a cache alone."""
     from asr.model.kv_cache import KVCache
 
     spent = {"lm_steps": 0.0, "kv_reorders": 0.0}
@@ -75,15 +109,10 @@ def split(model, lm, feats, lens, args, precision: str) -> dict[str, float]:
         decode(model, feats, lens, args.beam, args.ctc_weight, args.tokens, lm, args.lm_weight, precision)
     finally:
         lm.step, KVCache.index_select = step, reorder
-    linears = [m for m in lm.modules() if isinstance(m, torch.nn.Linear)]
-    x = {m.in_features: torch.randn(args.utts * args.beam, m.in_features) for m in linears}
-    with torch.inference_mode(), autocast(precision, "cpu"):
-        t0 = time.perf_counter()
-        for _ in range(args.tokens):
-            for m in linears:
-                m(x[m.in_features])
-            lm._logits(x[lm.cfg.d_model])
-        spent["lm_products_alone"] = time.perf_counter() - t0
+    rows, steps = args.utts * args.beam, args.tokens + 1  # + 1: the step that scores eos
+    spent["lm_products_alone"] = products_alone(lm, rows, steps, precision)
+    spent["lm_int8_products_alone"] = products_alone(quantize_lm(lm), rows, steps, precision)
+    spent["lm_attention_alone"] = attention_alone(lm, rows, steps)
     out = {k: round(v, 3) for k, v in spent.items()}
     out["rows_moved_per_reorder"] = round(sum(moved) / max(1, len(moved)), 3)
     return out
