@@ -79,10 +79,12 @@ def decoding(utts: int, frames: int, vocab: int, tokens: int, batch: int = 0):
     feats = torch.randn(utts, frames, cfg.model.input_dim, generator=torch.Generator().manual_seed(1))
     lens = torch.full((utts,), frames)
 
+    step = batch or utts
+
     @torch.inference_mode()
     def run() -> None:
-        for i in range(0, utts, batch or utts):
-            memory, mem_lens = model.encode(feats[i : i + (batch or utts)], lens[i : i + (batch or utts)])
+        for i in range(0, utts, step):
+            memory, mem_lens = model.encode(feats[i : i + step], lens[i : i + step])
             beam_search(model, memory, mem_lens, beam_size=10, ctc_weight=0.3, max_len=tokens, min_len=tokens)
 
     return run

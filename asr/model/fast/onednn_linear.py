@@ -18,10 +18,12 @@ oneDNN). Measured side by side in ``tools/bench_paths.py`` and ``tools/bench.py`
 Products outside autograd take the weight in oneDNN's own blocked layout, made once by
 :func:`packed_weight` and kept while the weight is unchanged; otherwise oneDNN re-lays the whole
 weight out on every call, which for a decoder step of 10 hypotheses (a 10 x 256 x 2048 product)
-costs as much as the product: 1.4-1.7x faster with the packed weight at either ISA of an AMD EPYC,
-1.05-1.1x at 160 rows, so from :data:`INFERENCE_MIN_WORK` multiply-adds on oneDNN beats MKL even
-at 10 rows. A packed product's row does not depend on how many rows share the call (tested), which
-a plain one's does not promise below 10 rows. The kept copy costs the weight's size again in memory.
+costs about as much as the product. With packed weights, oneDNN beats MKL from
+:data:`INFERENCE_MIN_WORK` multiply-adds even at 10 rows, and decoding one utterance at a time
+ran 1.66x faster than with MKL at the full ISA of an AMD EPYC, 1.39x limited to AVX2 (1.30x and
+1.05x before the packing; ``tools/bench_paths.py --models decode``, README Performance). A
+packed product's row does not depend on how many rows share the call (tested). The kept copy
+costs the weight's size again in memory.
 """
 
 from __future__ import annotations
