@@ -69,8 +69,9 @@ def test_in_domain_lm_lowers_wer_on_held_out_speech(data_root, tmp_path):
                     keep_last=1, keep_best=0, log_interval=50),
     ).validate()
     train(lm_cfg, tmp_path / "lm", task=LMTask(lm_cfg))
-    ppl = perplexity(load_lm(tmp_path / "lm"), [tmp_path / "held.txt"])
-    ppl8 = perplexity(load_lm(tmp_path / "lm"), [tmp_path / "held.txt"], quantized=True)
+    lm = load_lm(tmp_path / "lm")
+    ppl = perplexity(lm, [tmp_path / "held.txt"])
+    ppl8 = perplexity(lm, [tmp_path / "held.txt"], quantized=True)
 
     rec = load_model(tmp_path / "asr").use_lm(tmp_path / "lm")
     ds = ASRDataset(held, rec.tokenizer, rec.config.data, train=False)

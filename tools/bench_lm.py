@@ -28,7 +28,7 @@ from asr.config import load_config
 from asr.decode import beam_search
 from asr.hardware import autocast, cpu_info, resolve_precision
 from asr.lm import LMConfig, build_lm, load_lm_config
-from asr.lm.quantize import quantize_lm
+from asr.lm.quantize import Int8Linear, quantize_lm
 from asr.model import ASRModel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,8 +47,6 @@ def decode(model, feats, lens, beam, ctc_weight, n_tokens, lm=None, lm_weight=0.
 def products_alone(lm, rows: int, steps: int, precision: str) -> float:
     """Seconds of ``steps`` steps of the LM's matrix products alone: every Linear (int8 ones
     included, with their rounding) and the output layer on random (rows, features) inputs."""
-    from asr.lm.quantize import Int8Linear
-
     linears = [m for m in lm.modules() if isinstance(m, (torch.nn.Linear, Int8Linear))]
     x = {m.in_features: torch.randn(rows, m.in_features) for m in linears}
     x.setdefault(lm.cfg.d_model, torch.randn(rows, lm.cfg.d_model))
@@ -63,18 +61,20 @@ def products_alone(lm, rows: int, steps: int, precision: str) -> float:
 
 
 def attention_alone(lm, rows: int, steps: int) -> float:
-    """Seconds of the self-attention of ``steps`` steps over a KV cache laid out as the search's
-    (``asr.model.kv_cache``: rows, time, layers, K/V, heads, d_k), one query per row and layer."""
+    """Seconds of the self-attention of ``steps`` steps over the search's KV cache
+    (``asr.model.kv_cache``), one query per row and layer, each step's keys and values appended."""
+    from asr.model.kv_cache import KVCache
+
     cfg = lm.cfg
     d_k = cfg.d_model // cfg.heads
-    buf = torch.randn(rows, steps, cfg.layers, 2, cfg.heads, d_k)
-    q = torch.randn(rows, cfg.heads, 1, d_k)
+    cache = KVCache(cfg.layers)
+    kv, q = torch.randn(rows, 2, cfg.heads, d_k), torch.randn(rows, cfg.heads, 1, d_k)
     with torch.inference_mode():
         t0 = time.perf_counter()
-        for t in range(1, steps + 1):
-            for layer in range(cfg.layers):
-                kv = buf[:, :t, layer].permute(2, 0, 3, 1, 4)
-                torch.nn.functional.scaled_dot_product_attention(q, kv[0], kv[1])
+        for _ in range(steps):
+            for slot in cache.slots():
+                torch.nn.functional.scaled_dot_product_attention(q, *slot.append(kv))
+            cache.advance()
         return time.perf_counter() - t0
 
 
