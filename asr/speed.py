@@ -10,6 +10,8 @@ faster than that reference on that kind of CPU. ``asr.hardware.cpu_info`` says w
     onednn_inference      the same for products outside autograd            AMD CPUs
                           (decoding, validation), weights packed once
     conv_channels_last    Conv2d frontend channels-last, written backward   every CPU
+    conv_patch_gemm       its convolutions outside autograd in chunks of    AMD CPUs
+                          output frames, as oneDNN products over patches
     cheap_dropout         dropout mask from 16-bit slices of random words   every CPU
     fbank_batch           batched float32 fbank with float64 fix-ups        every CPU
     heap_reuse            big blocks from glibc's heap, kept after free     every CPU (glibc only)
@@ -30,7 +32,10 @@ the FFN's product 2.2x faster; on the same AMD limited to AVX2 and on Intel CPUs
 limited to AVX2) MKL was faster for training, so the vendor and the ISA decide that path. In
 decoding (no autograd) the same AMD limited to AVX2 ran 1.07-1.12x faster with oneDNN (16 x 10 s
 batched and one at a time, vocabularies of 500 and 5000, alternating), hence the second path,
-on every AMD CPU.
+on every AMD CPU. Outside autograd the same AMD ran the frontend's two convolutions faster in
+chunks of output frames (each chunk's first convolution, then its second as one product over
+its 3x3 patches; no full-size intermediate) than whole, at either ISA; hence ``conv_patch_gemm``
+on AMD CPUs (not measured on Intel: off there until it is).
 
 Override any of them with ``ASR_SPEED_PATHS="onednn_linear=0,cheap_dropout=1"`` (``ASR_ONEDNN_LINEAR=0``
 turns both oneDNN paths off: every fp32 product in MKL), or in code with :func:`override`
@@ -52,7 +57,10 @@ log = logging.getLogger(__name__)
 
 __all__ = ["PATHS", "enabled", "defaults", "active", "override", "configure_process"]
 
-PATHS = ("onednn_linear", "onednn_inference", "conv_channels_last", "cheap_dropout", "fbank_batch", "heap_reuse")
+PATHS = (
+    "onednn_linear", "onednn_inference", "conv_channels_last", "conv_patch_gemm", "cheap_dropout", "fbank_batch",
+    "heap_reuse",
+)
 PROCESS_PATHS = ("heap_reuse",)  # set once per process by configure_process, not per call
 
 
@@ -62,6 +70,7 @@ def defaults(info: CpuInfo) -> dict[str, bool]:
         "onednn_linear": info.vendor == "AuthenticAMD" and info.avx512_kernels,
         "onednn_inference": info.vendor == "AuthenticAMD",
         "conv_channels_last": True,
+        "conv_patch_gemm": info.vendor == "AuthenticAMD",
         "cheap_dropout": True,
         "fbank_batch": True,
         "heap_reuse": True,

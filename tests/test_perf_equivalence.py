@@ -298,3 +298,42 @@ def test_packed_product_rows_do_not_depend_on_the_batch(shape):
         full = linear_mod.linear(x, w, b)
         for rows in (10, 20, 80):
             assert torch.equal(linear_mod.linear(x[:rows], w, b), full[:rows])
+
+
+@onednn
+def test_conv_patch_gemm_follows_weight_changes_and_inference_made_weights(monkeypatch):
+    """Decoding's convolutions in chunks, as products over patches (``conv_patch_gemm``), equal
+    oneDNN's convolution under no_grad, after an in-place change of the second kernel (its packed
+    matrix is remade), and for a frontend made under inference_mode (that kernel packed per call)."""
+    from asr.model.fast import conv_channels_last as conv_mod
+    from asr.model.frontend import Conv2dFrontend
+
+    calls = []
+    in_chunks = conv_mod._conv_stack_in_chunks
+    monkeypatch.setattr(conv_mod, "_conv_stack_in_chunks", lambda *a: calls.append(1) or in_chunks(*a))
+    torch.manual_seed(0)
+    x, lens = torch.randn(2, 300, 80), torch.tensor([300, 250])
+
+    def both(fe):
+        out = []
+        for on in (True, False):
+            with speed.override(conv_patch_gemm=on), torch.no_grad():
+                out.append(fe(x, lens)[0])
+        return out
+
+    fe = Conv2dFrontend(80, 48)
+    y, y_ref = both(fe)
+    torch.testing.assert_close(y, y_ref, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        fe.conv[2].weight.mul_(-0.5)
+    y2, y2_ref = both(fe)
+    torch.testing.assert_close(y2, y2_ref, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(y2, y, atol=1e-3)
+    with torch.inference_mode():
+        fe_inf = Conv2dFrontend(80, 48)
+        fe_inf.load_state_dict(fe.state_dict())
+        assert fe_inf.conv[2].weight.is_inference()
+        for on in (True, False):
+            with speed.override(conv_patch_gemm=on):
+                torch.testing.assert_close(fe_inf(x, lens)[0], y2_ref, atol=1e-5, rtol=1e-5)
+    assert len(calls) == 3  # the path ran in each "on" case

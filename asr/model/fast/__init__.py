@@ -10,7 +10,8 @@ faster (``tools/bench_paths.py``):
     Dropout, dropout        nn.Dropout, F.dropout                      cheap_dropout: 16-bit slices of random words
     attention               F.scaled_dot_product_attention             cheap_dropout (training on CPU)
     relu_dropout            F.dropout(F.relu(h))                       always: one saved tensor instead of two
-    conv_stack              conv(x.unsqueeze(1)), the frontend's convs conv_channels_last
+    conv_stack              conv(x.unsqueeze(1)), the frontend's convs conv_channels_last; outside autograd
+                                                                       conv_patch_gemm: in chunks
     flatten_channels        y.transpose(1, 2).flatten(2)               always: a channels-last gradient
 """
 

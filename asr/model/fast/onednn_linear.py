@@ -28,6 +28,8 @@ costs the weight's size again in memory.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -59,18 +61,23 @@ def _mm(a: torch.Tensor, b_t: torch.Tensor, bias: torch.Tensor | None = None) ->
     return _matmul(a, b_t, bias, "none", [], "")
 
 
-def packed_weight(weight: torch.Tensor) -> torch.Tensor:
+def packed_weight(weight: torch.Tensor, matrix: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
     """``weight`` (out, in) in oneDNN's blocked layout for ``_linear_pointwise``, made on first use and
     kept while the weight has the same storage and version counter (an optimizer step,
     ``load_state_dict`` or any other in-place write makes a new one; writes through ``.data``
     bypass the version counter, and nothing in ``asr`` makes them). A weight without a version
-    counter (made under ``torch.inference_mode``) is passed on as it is."""
+    counter (made under ``torch.inference_mode``) is passed on as it is.
+
+    ``matrix`` makes the (out, in) matrix from a weight of another shape first (a convolution's
+    kernel for products over its input patches; one weight, one ``matrix``). A weight without a
+    version counter is then packed on every call: its caller makes many products per call."""
     if weight.is_inference():
-        return weight
+        return weight if matrix is None else _pack(matrix(weight).contiguous(), PACK_ROWS)
     key = (weight.data_ptr(), weight._version)
     hit = _packed.get(weight)
     if hit is None or hit[0] != key:
-        hit = _packed[weight] = (key, _pack(weight.detach(), PACK_ROWS))
+        w = weight.detach()
+        hit = _packed[weight] = (key, _pack(w if matrix is None else matrix(w).contiguous(), PACK_ROWS))
     return hit[1]
 
 
