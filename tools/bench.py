@@ -218,8 +218,9 @@ def decode_inputs(utts: int = 16, frames: int = 1000, seed: int = 1):
 
 
 def worker_decode(system: str, mode: str, threads: int, tokens: int = 30, beam: int = 10, ctc_weight: float = 0.3,
-                  utts: int = 16, precision: str = "fp32") -> dict:
-    """Decode ``utts`` utterances (encoder included), every output forced to ``tokens`` tokens.
+                  utts: int = 16, precision: str = "fp32", warmup: int = 0) -> dict:
+    """Decode ``utts`` utterances (encoder included), every output forced to ``tokens`` tokens;
+    ``warmup`` untimed decodes of the same utterances first (0: the first decode of a fresh process).
 
     ours: all utterances in one batched search (``-b1``: one utterance at a time; ``-bf16``: CPU bf16
     autocast), eos suppressed
@@ -285,6 +286,8 @@ def worker_decode(system: str, mode: str, threads: int, tokens: int = 30, beam: 
                 out.append(hyps[0].yseq[1:-1].tolist())
             return out
 
+    for _ in range(warmup):
+        run()
     t0 = time.perf_counter()
     hyps = run()
     dt = time.perf_counter() - t0
@@ -397,14 +400,14 @@ def section_train(systems: list[str], threads_list: list[int], reps: int, steps:
     return rows, ratios
 
 
-def section_decode(systems: list[str], threads_list: list[int], reps: int, log) -> tuple[list, dict]:
+def section_decode(systems: list[str], threads_list: list[int], reps: int, log, warmup: int = 0) -> tuple[list, dict]:
     runs: dict[tuple, list[dict]] = {}
     configs = [(s, m) for m in ("beam", "greedy") for s in systems]
     for rep in range(reps):
         for threads in threads_list:
             order = configs[rep % len(configs):] + configs[: rep % len(configs)]
             for system, mode in order:
-                r = run_worker("decode", system, threads, mode=mode)
+                r = run_worker("decode", system, threads, mode=mode, warmup=warmup)
                 runs.setdefault((system, mode, threads), []).append(r)
                 log(f"  decode rep {rep + 1}/{reps} {threads}T {system} {mode}: "
                     + (f"{r['utt_per_s']:.2f} utt/s, tokens {r['token_lengths']}" if "seconds" in r else r["error"]))
@@ -453,6 +456,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2, help="timed training steps per process (after the warm-up)")
     ap.add_argument("--warmup", type=int, default=1,
                     help="untimed training steps first, every system alike (5: the steady state of a long run)")
+    ap.add_argument("--decode-warmup", type=int, default=0,
+                    help="untimed decodes of the same utterances first, every system alike (0: a fresh process's "
+                         "first decode is timed)")
     ap.add_argument("--systems", default=",".join(TRAIN_SYSTEMS), help="training systems to run")
     ap.add_argument("--decode-systems", default=",".join(DECODE_SYSTEMS), help="decoding systems to run")
     ap.add_argument("--bf16-model", default="", help="bf16 section: a trained model directory to decode with")
@@ -502,12 +508,14 @@ def main() -> None:
         dsys = [s for s in DECODE_SYSTEMS if s in args.decode_systems.split(",") and (native_bf16 or "bf16" not in s)]
         if not PEERS_PY.exists():
             dsys = [s for s in dsys if s.startswith("ours")]
-        rows, r = section_decode(dsys, threads_list, args.reps, log)
+        rows, r = section_decode(dsys, threads_list, args.reps, log, args.decode_warmup)
         ratios.update(r)
+        ratios["decode_warmup"] = args.decode_warmup
+        warm = f"after {args.decode_warmup} untimed decode(s)" if args.decode_warmup else "a fresh process's first"
         print_table(
-            f"Decoding 16 utterances of 10 s, encoder included, every output forced to 30 tokens, medians of "
-            f"{args.reps} runs (beam: 10 with CTC weight 0.3; -b1: one utterance at a time; -bf16: bf16 autocast; "
-            "-mkl: fp32 products in MKL)",
+            f"Decoding 16 utterances of 10 s ({warm}), encoder included, every output forced to 30 tokens, "
+            f"medians of {args.reps} runs (beam: 10 with CTC weight 0.3; -b1: one utterance at a time; -bf16: bf16 "
+            "autocast; -mkl: fp32 products in MKL)",
             ["threads", "search", "system", "utt/s", "s/utt", "speed vs ESPnet"],
             rows,
         )
