@@ -15,13 +15,23 @@ hypotheses.
 
     python tools/bench_decode.py [--utts 16] [--seconds 10] [--beam 10] [--tokens 30]
     python tools/bench_decode.py --device cuda --precision bf16 --utts 64   # ours only (no textbook)
+    python tools/bench_decode.py --split --vocab 500 --frontend conv2d --threads 2   # where ours spends its time
+
+``--split`` times only our batched beam search with CTC (as ``tools/bench.py`` decodes: the 100 h
+model with vocabulary 500 and the conv2d frontend there), medians of ``--reps`` runs after one
+warm-up: the frontend (CMVN and the convolutions with their projection), the encoder's layers,
+and in the search the decoder's steps, their matrix products alone (the same Linear layers on
+inputs of the same shapes, as many times), the CTC prefix scores, and the rest.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import json
 import math
+import statistics
 import time
 from pathlib import Path
 
@@ -30,6 +40,7 @@ import torch
 from asr import speed
 from asr.config import load_config
 from asr.decode import beam_search, greedy_search
+from asr.decode.ctc_prefix_score import CTCPrefixScorer
 from asr.hardware import cpu_info
 from asr.model import ASRModel
 
@@ -128,6 +139,67 @@ def ours(model, feats, lens, beam, ctc_weight, n_tokens, bf16=False):
     return [(h[0].tokens, h[0].score) for h in out]
 
 
+@contextlib.contextmanager
+def _timed(obj, name: str, totals: dict, key: str):
+    """Add the seconds spent in ``obj.name`` to ``totals[key]`` (and count the calls) inside the block."""
+    inner = getattr(obj, name)
+
+    def wrapper(*a, **kw):
+        t0 = time.perf_counter()
+        try:
+            return inner(*a, **kw)
+        finally:
+            totals[key] += time.perf_counter() - t0
+            totals[key + "_calls"] += 1
+
+    setattr(obj, name, wrapper)
+    try:
+        yield
+    finally:
+        if isinstance(obj, type):
+            setattr(obj, name, inner)
+        else:
+            delattr(obj, name)  # the instance attribute goes; the class's method shows again
+
+
+@torch.inference_mode()
+def _decoder_products(model, rows: int, steps: int) -> float:
+    """Seconds of the decoder's matrix products of ``steps`` steps over ``rows`` hypotheses, alone."""
+    dec = model.decoder
+    d = dec.embed.weight.shape[1]
+    x = torch.randn(rows, 1, d)
+    h = torch.randn(rows, 1, dec.layers[0].ffn[0].out_features)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        for layer in dec.layers:
+            attn, cross, ffn = layer.self_attn, layer.cross_attn, layer.ffn
+            for module, inp in ((attn.qkv, x), (attn.out, x), (cross.q, x), (cross.out, x), (ffn[0], x), (ffn[3], h)):
+                module(inp)
+        dec.logits(x[:, 0])
+    return time.perf_counter() - t0
+
+
+def split(model, feats, lens, beam: int, ctc_weight: float, n_tokens: int, reps: int) -> dict:
+    """Medians over ``reps`` runs (after one warm-up) of where our batched beam search spends its time."""
+    runs = []
+    for rep in range(reps + 1):
+        t = collections.defaultdict(float)
+        with (_timed(model.frontend, "forward", t, "frontend"), _timed(model.encoder, "forward", t, "encoder_layers"),
+              _timed(model.decoder, "step", t, "decoder_steps"), _timed(CTCPrefixScorer, "score", t, "ctc"),
+              _timed(CTCPrefixScorer, "extend", t, "ctc")):  # fmt: skip
+            t0 = time.perf_counter()
+            ours(model, feats, lens, beam, ctc_weight, n_tokens)
+            t["total"] = time.perf_counter() - t0
+        t["search"] = t["total"] - t["frontend"] - t["encoder_layers"]
+        t["decoder_products_alone"] = _decoder_products(model, feats.shape[0] * beam, int(t["decoder_steps_calls"]))
+        t["search_rest"] = t["search"] - t["decoder_steps"] - t["ctc"]
+        if rep:
+            runs.append(t)
+    keys = ("total", "frontend", "encoder_layers", "search", "decoder_steps", "decoder_products_alone", "ctc",
+            "search_rest")  # fmt: skip
+    return {k: round(statistics.median(r[k] for r in runs), 4) for k in keys}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default=str(ROOT / "configs/librispeech/transformer_100h.yaml"))
@@ -141,6 +213,9 @@ def main() -> None:
     ap.add_argument("--skip-textbook", action="store_true")
     ap.add_argument("--device", default="cpu", help="cuda: ours only (the textbook search is fp32 CPU code)")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: autocast, ours only")
+    ap.add_argument("--frontend", default="", help="model.frontend (default: the config's)")
+    ap.add_argument("--split", action="store_true", help="where our beam search with CTC spends its time (CPU, fp32)")
+    ap.add_argument("--reps", type=int, default=3, help="--split: timed runs (medians)")
     args = ap.parse_args()
     device = torch.device(args.device)
     bf16 = args.precision == "bf16"
@@ -155,12 +230,26 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     speed.configure_process()  # as the command line does at start-up (heap_reuse)
-    cfg = load_config(args.config, [f"model.vocab_size={args.vocab}"])
+    sets = [f"model.vocab_size={args.vocab}"] + ([f"model.frontend={args.frontend}"] if args.frontend else [])
+    cfg = load_config(args.config, sets)
     torch.manual_seed(0)
     model = ASRModel(cfg.model).eval().to(device)
     frames = int(args.seconds * 100)
     feats = torch.randn(args.utts, frames, cfg.model.input_dim, device=device)
     lens = torch.full((args.utts,), frames, device=device)
+    if args.split:
+        if device.type != "cpu" or bf16:
+            raise SystemExit("bench_decode --split: CPU and fp32 only")
+        res = split(model, feats, lens, args.beam, args.ctc_weight, args.tokens, args.reps)
+        print(f"ours, beam {args.beam} + CTC {args.ctc_weight}, {args.utts} x {args.seconds:g} s, frontend "
+              f"{cfg.model.frontend}, vocabulary {args.vocab}, {torch.get_num_threads()} threads, medians of "
+              f"{args.reps}")
+        print("| part | seconds |\n|---|---|")
+        for k, v in res.items():
+            print(f"| {k.replace('_', ' ')} | {v:.3f} |")
+        print(json.dumps({"bench": "decode_split", "cpu": info.to_dict(), "frontend": cfg.model.frontend,
+                          "vocab": args.vocab, "utts": args.utts, **res}))  # fmt: skip
+        return
     variants = [
         (f"beam {args.beam} + CTC {args.ctc_weight}", args.beam, args.ctc_weight),
         (f"beam {args.beam}, no CTC", args.beam, 0.0),
