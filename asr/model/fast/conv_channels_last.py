@@ -17,9 +17,9 @@ Outside autograd (decoding), where the speed path ``conv_patch_gemm`` is on, bot
 in chunks of about :data:`PATCH_ROWS` output positions (:func:`_conv_stack_in_chunks`): the first
 convolution's rows that a chunk needs, then the second as one oneDNN product over their 3x3
 patches with its kernel packed once. The first convolution's whole output (320 MB for 16 x 10 s)
-is never written and read back, which on an AMD EPYC made the two convolutions of 16 x 10 s
-1.2-1.4x faster than oneDNN's own second convolution, and 8 x 10 s of decoding 1.07x (full ISA)
-and 1.11x (limited to AVX2) faster (``tools/bench_paths.py --models decode``).
+is never written and read back; on an AMD EPYC that made 8 x 10 s of decoding 1.07x (full ISA)
+and 1.11x (limited to AVX2) faster (``tools/bench_paths.py --models decode``). Values equal the
+reference's to float32 rounding (tested with the rest of the frontend).
 """
 
 from __future__ import annotations
