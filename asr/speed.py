@@ -11,7 +11,7 @@ faster than that reference on that kind of CPU. ``asr.hardware.cpu_info`` says w
                           (decoding, validation), weights packed once
     conv_channels_last    Conv2d frontend channels-last, written backward   every CPU
     conv_patch_gemm       its convolutions outside autograd in chunks of    AMD CPUs
-                          output frames, as oneDNN products over patches
+                          output frames, as oneDNN products over patches    (wide, big convolutions only)
     cheap_dropout         dropout mask from 16-bit slices of random words   every CPU
     fbank_batch           batched float32 fbank with float64 fix-ups        every CPU
     heap_reuse            big blocks from glibc's heap, kept after free     every CPU (glibc only)
@@ -32,10 +32,11 @@ the FFN's product 2.2x faster; on the same AMD limited to AVX2 and on Intel CPUs
 limited to AVX2) MKL was faster for training, so the vendor and the ISA decide that path. In
 decoding (no autograd) the same AMD limited to AVX2 ran 1.07-1.12x faster with oneDNN (16 x 10 s
 batched and one at a time, vocabularies of 500 and 5000, alternating), hence the second path,
-on every AMD CPU. Outside autograd the same AMD ran the frontend's two convolutions faster in
-chunks of output frames (each chunk's first convolution, then its second as one product over
-its 3x3 patches; no full-size intermediate) than whole, at either ISA; hence ``conv_patch_gemm``
-on AMD CPUs (not measured on Intel: off there until it is).
+on every AMD CPU. Outside autograd the same AMD decoded 8 x 10 s with the 100 h model's Conv2d
+frontend faster with its two convolutions in chunks of output frames (each chunk's first
+convolution, then its second as one product over its 3x3 patches; no full-size intermediate)
+than whole, at either ISA; hence ``conv_patch_gemm`` on AMD CPUs (not measured on Intel: off
+there), and only for wide, big convolutions (asr.model.fast.conv_channels_last).
 
 Override any of them with ``ASR_SPEED_PATHS="onednn_linear=0,cheap_dropout=1"`` (``ASR_ONEDNN_LINEAR=0``
 turns both oneDNN paths off: every fp32 product in MKL), or in code with :func:`override`

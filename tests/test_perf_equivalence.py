@@ -313,6 +313,11 @@ def test_conv_patch_gemm_follows_weight_changes_and_inference_made_weights(monke
     monkeypatch.setattr(conv_mod, "_conv_stack_in_chunks", lambda *a: calls.append(1) or in_chunks(*a))
     torch.manual_seed(0)
     x, lens = torch.randn(2, 300, 80), torch.tensor([300, 250])
+    with speed.override(conv_patch_gemm=True), torch.no_grad():
+        Conv2dFrontend(80, 48)(x, lens)
+    assert not calls  # 48 channels and 2 x 3 s: too narrow and too small for the chunks
+    monkeypatch.setattr(conv_mod, "CHUNK_MIN_CHANNELS", 0)
+    monkeypatch.setattr(conv_mod, "CHUNK_MIN_ELEMENTS", 0)
 
     def both(fe):
         out = []
@@ -337,3 +342,14 @@ def test_conv_patch_gemm_follows_weight_changes_and_inference_made_weights(monke
             with speed.override(conv_patch_gemm=on):
                 torch.testing.assert_close(fe_inf(x, lens)[0], y2_ref, atol=1e-5, rtol=1e-5)
     assert len(calls) == 3  # the path ran in each "on" case
+
+
+def test_conv_chunks_only_for_wide_big_convolutions():
+    """The chunks run where they were measured faster: 128+ channels and a first output of 32 MB+."""
+    from asr.model.fast.conv_channels_last import _big
+
+    wide, narrow = nn.Conv2d(1, 256, 3, 2), nn.Conv2d(1, 64, 3, 2)
+    ten_seconds = torch.empty(8, 1000, 80)  # first output 8 x 499 x 39 x 256 = 40 M elements
+    assert _big(ten_seconds, wide)
+    assert not _big(ten_seconds[:1], wide)  # one utterance: 5 M, in cache
+    assert not _big(ten_seconds, narrow)  # FSDD's width

@@ -12,7 +12,9 @@ child's peak resident memory. Training steps are fp32 (forward, backward, clippi
 AdamW) on fixed random batches: the FSDD model (``configs/fsdd/transformer.yaml``, 22 x 360
 frames of 40 bins) and the 100 h model (``configs/librispeech/transformer_100h.yaml`` with the
 conv2d frontend, 4 x 1000 frames). Decoding: the 100 h model (conv2d) on 8 random 10 s utterances,
-encoder and batched beam search (beam 10, CTC 0.3, 30 tokens each), and on 4 one at a time.
+encoder and batched beam search (beam 10, CTC 0.3, 30 tokens each), and on 4 one at a time; the
+FSDD model (its conv2d frontend of 64 channels on 40 bins) on 64 random utterances of 0.6 s, in
+one batch (5 tokens each).
 fbank: the shared LibriSpeech utterances. The table and the JSON line name the CPU, ATen's
 capability and whether it has native bf16 (``asr.hardware``), and what ``asr.speed`` would choose
 here.
@@ -64,16 +66,16 @@ def training_step(config: str, sets: list[str], batch: int, frames: int, vocab: 
     return step
 
 
-def decoding(utts: int, frames: int, vocab: int, tokens: int, batch: int = 0):
-    """A closure decoding ``utts`` random utterances with the 100 h model (conv2d frontend): encoder,
-    then the batched beam search (beam 10, CTC 0.3), every output forced to ``tokens`` tokens;
-    ``batch`` utterances at a time (0: all at once)."""
+def decoding(utts: int, frames: int, vocab: int, tokens: int, batch: int = 0,
+             config: str = "configs/librispeech/transformer_100h.yaml", sets: tuple = ("model.frontend=conv2d",)):
+    """A closure decoding ``utts`` random utterances with the 100 h model (conv2d frontend; or ``config``
+    with ``sets``): encoder, then the batched beam search (beam 10, CTC 0.3), every output forced to
+    ``tokens`` tokens; ``batch`` utterances at a time (0: all at once)."""
     from asr.config import load_config
     from asr.decode import beam_search
     from asr.model import ASRModel
 
-    cfg = load_config(REPO / "configs/librispeech/transformer_100h.yaml", [f"model.vocab_size={vocab}",
-                                                                           "model.frontend=conv2d"])  # fmt: skip
+    cfg = load_config(REPO / config, [f"model.vocab_size={vocab}", *sets])
     torch.manual_seed(0)
     model = ASRModel(cfg.model).eval()
     feats = torch.randn(utts, frames, cfg.model.input_dim, generator=torch.Generator().manual_seed(1))
@@ -135,6 +137,9 @@ def make_works(models: str) -> dict:
     if "decode" in models:
         works["100 h decoding, 8 x 10 s (fp32)"] = lambda: decoding(8, 1000, 500, 30)
         works["100 h decoding, 4 x 10 s one at a time (fp32)"] = lambda: decoding(4, 1000, 500, 30, batch=1)
+        works["FSDD decoding, 64 x 0.6 s (fp32)"] = lambda: decoding(
+            64, 60, 29, 5, config="configs/fsdd/transformer.yaml", sets=()
+        )
     return works
 
 

@@ -17,9 +17,13 @@ Outside autograd (decoding), where the speed path ``conv_patch_gemm`` is on, bot
 in chunks of about :data:`PATCH_ROWS` output positions (:func:`_conv_stack_in_chunks`): the first
 convolution's rows that a chunk needs, then the second as one oneDNN product over their 3x3
 patches with its kernel packed once. The first convolution's whole output (320 MB for 16 x 10 s)
-is never written and read back; on an AMD EPYC that made 8 x 10 s of decoding 1.07x (full ISA)
-and 1.11x (limited to AVX2) faster (``tools/bench_paths.py --models decode``). Values equal the
-reference's to float32 rounding (tested with the rest of the frontend).
+is never written and read back. Only for wide convolutions with a big first output
+(:data:`CHUNK_MIN_CHANNELS`, :data:`CHUNK_MIN_ELEMENTS`): on an AMD EPYC the chunks made 8 x 10 s
+of the 100 h model's decoding 1.11x faster limited to AVX2 and 1.06-1.07x at the full ISA
+(``tools/bench_paths.py --models decode``), but one utterance of 10 s and FSDD's 64 channels,
+whose convolutions fit in cache, slower (frontend alone, limited to AVX2); the thresholds keep
+those on oneDNN's convolution.
+Values equal the reference's to float32 rounding (tested with the rest of the frontend).
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from .onednn_linear import onednn_available, onednn_mm, packed_weight
 __all__ = ["conv_stack", "flatten_channels"]
 
 PATCH_ROWS = 480  # output positions per chunk of _conv_stack_in_chunks (24-32 frames of 19 bins measured alike)
+CHUNK_MIN_CHANNELS = 128  # chunks only for convolutions this wide (with 64 channels they were slower throughout)
+CHUNK_MIN_ELEMENTS = 1 << 23  # and a first output at least this big (32 MB in fp32: more than an L3 holds)
 
 
 def conv_stack(x: torch.Tensor, conv: nn.Sequential) -> torch.Tensor:
@@ -49,9 +55,16 @@ def conv_stack(x: torch.Tensor, conv: nn.Sequential) -> torch.Tensor:
         if torch.get_autocast_dtype("cpu") == torch.bfloat16:  # as autocast would: bf16 copies, fp32 gradients
             with torch.autocast("cpu", enabled=False):
                 return _ConvStackChannelsLast.apply(*(t.to(torch.bfloat16) for t in (x, *params)))
-    if speed.enabled("conv_patch_gemm") and not _records(x, *params) and _fused_ok(x, c2.weight):
+    if speed.enabled("conv_patch_gemm") and not _records(x, *params) and _fused_ok(x, c2.weight) and _big(x, c1):
         return _conv_stack_in_chunks(x, *params)
     return _conv_stack(x, *params)[2]
+
+
+def _big(x: torch.Tensor, c1: nn.Conv2d) -> bool:
+    """Whether the first convolution's output is wide and big enough for :func:`_conv_stack_in_chunks`."""
+    b, t, f = x.shape
+    c = c1.out_channels
+    return c >= CHUNK_MIN_CHANNELS and b * ((t - 1) // 2) * ((f - 1) // 2) * c >= CHUNK_MIN_ELEMENTS
 
 
 def _records(*tensors: torch.Tensor) -> bool:
