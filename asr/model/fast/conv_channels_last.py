@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ... import speed
-from .onednn_linear import onednn_available, onednn_mm, packed_weight
+from .onednn_linear import _mm, _recorded, onednn_available, onednn_mm, packed_weight
 
 __all__ = ["conv_stack", "flatten_channels"]
 
@@ -55,7 +55,7 @@ def conv_stack(x: torch.Tensor, conv: nn.Sequential) -> torch.Tensor:
         if torch.get_autocast_dtype("cpu") == torch.bfloat16:  # as autocast would: bf16 copies, fp32 gradients
             with torch.autocast("cpu", enabled=False):
                 return _ConvStackChannelsLast.apply(*(t.to(torch.bfloat16) for t in (x, *params)))
-    if speed.enabled("conv_patch_gemm") and not _records(x, *params) and _fused_ok(x, c2.weight) and _big(x, c1):
+    if speed.enabled("conv_patch_gemm") and not _recorded(x, *params) and _fused_ok(x, c2.weight) and _big(x, c1):
         return _conv_stack_in_chunks(x, *params)
     return _conv_stack(x, *params)[2]
 
@@ -65,10 +65,6 @@ def _big(x: torch.Tensor, c1: nn.Conv2d) -> bool:
     b, t, f = x.shape
     c = c1.out_channels
     return c >= CHUNK_MIN_CHANNELS and b * ((t - 1) // 2) * ((f - 1) // 2) * c >= CHUNK_MIN_ELEMENTS
-
-
-def _records(*tensors: torch.Tensor) -> bool:
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def flatten_channels(y: torch.Tensor) -> torch.Tensor:
@@ -110,8 +106,8 @@ def _conv1_patch_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor)
     """relu(conv1(x)) as one GEMM over 3x3 patches, (B, C, T1, F1) in channels-last memory."""
     p = _patches3x3(x)
     b, t1, f1, _ = p.shape
-    if _fused_ok(x, weight) and not _records(x, weight, bias):  # bias and ReLU in oneDNN's one pass over the output
-        h = _relu_product(p.reshape(-1, 9), weight.view(weight.shape[0], 9), bias)
+    if _fused_ok(x, weight) and not _recorded(x, weight, bias):  # bias and ReLU in oneDNN's one pass over the output
+        h = _mm(p.reshape(-1, 9), weight.view(weight.shape[0], 9), bias, "relu")
     else:
         w_t = weight.view(weight.shape[0], 9).t().contiguous()  # contiguous: its gradient is then p^T g, not (g^T p)^T
         h = torch.addmm(bias, p.reshape(-1, 9), w_t).relu_()  # (B * T1 * F1, C)
@@ -128,11 +124,6 @@ def _patches_of(h_cl: torch.Tensor, t2: int, f2: int) -> torch.Tensor:
 def _patch_matrix(w: torch.Tensor) -> torch.Tensor:
     """A kernel (C_out, C_in, 3, 3) as the matrix of the products over its patches, (C_out, 3 * 3 * C_in)."""
     return w.permute(0, 2, 3, 1).reshape(w.shape[0], -1)
-
-
-def _relu_product(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """relu(a weight^T + bias) in oneDNN, bias and ReLU in its one pass over the output."""
-    return torch.ops.mkldnn._linear_pointwise(a, weight, bias, "relu", [], "")
 
 
 def _conv_stack_in_chunks(x, w1, b1, w2, b2) -> torch.Tensor:
@@ -154,10 +145,10 @@ def _conv_stack_in_chunks(x, w1, b1, w2, b2) -> torch.Tensor:
     for i in range(b):
         for s in range(0, t2, frames):
             n = min(frames, t2 - s)
-            h = _relu_product(_patches3x3(x[i : i + 1, 4 * s : 4 * s + 4 * n + 3]).reshape(-1, 9), w1m, b1)
+            h = _mm(_patches3x3(x[i : i + 1, 4 * s : 4 * s + 4 * n + 3]).reshape(-1, 9), w1m, b1, "relu")
             p = buf[:n]
             p.copy_(_patches_of(h.view(1, 2 * n + 1, f1, c1), n, f2)[0])  # conv1 rows 2s .. 2s + 2n
-            out[i, s : s + n] = _relu_product(p.view(-1, 9 * c1), w2m, b2).view(n, f2, c2).transpose(1, 2)
+            out[i, s : s + n] = _mm(p.view(-1, 9 * c1), w2m, b2, "relu").view(n, f2, c2).transpose(1, 2)
     return out.transpose(1, 2)
 
 

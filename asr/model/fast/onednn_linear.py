@@ -56,9 +56,9 @@ def onednn_available() -> bool:
     return _matmul is not None and torch.backends.mkldnn.is_available()
 
 
-def _mm(a: torch.Tensor, b_t: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """a @ b_t^T (+ bias) in oneDNN."""
-    return _matmul(a, b_t, bias, "none", [], "")
+def _mm(a: torch.Tensor, b_t: torch.Tensor, bias: torch.Tensor | None = None, post: str = "none") -> torch.Tensor:
+    """a @ b_t^T (+ bias) in oneDNN; ``post="relu"``: with the ReLU in the same pass over the output."""
+    return _matmul(a, b_t, bias, post, [], "")
 
 
 def packed_weight(weight: torch.Tensor, matrix: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
@@ -81,11 +81,9 @@ def packed_weight(weight: torch.Tensor, matrix: Callable[[torch.Tensor], torch.T
     return hit[1]
 
 
-def _recorded(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
-    """Whether autograd records ``x weight^T + bias``."""
-    return torch.is_grad_enabled() and (
-        x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
-    )
+def _recorded(*tensors: torch.Tensor | None) -> bool:
+    """Whether autograd records an op on ``tensors`` (``None``s skipped), e.g. ``x weight^T + bias``."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def _use_onednn(x: torch.Tensor, weight: torch.Tensor, path: str | None = None) -> bool:
