@@ -111,7 +111,8 @@ def test_kv_cache_grows_reorders_and_shrinks_exactly():
     """Past the buffer's first chunk (40 tokens > CHUNK), through reorders that repeat rows and a
     shrink to fewer rows (as greedy search drops finished utterances), every step's logits equal
     teacher forcing of the row's own token history; the two buffers swap instead of reallocating, and
-    a reorder that moves one row whose source stays put copies it in place."""
+    a reorder in which no row is read after it was written (sources that stay put, or rows that
+    move down as utterances stop) copies the moved rows in place, however many move."""
     from asr.model.kv_cache import CHUNK
 
     model = small_model()
@@ -120,7 +121,7 @@ def test_kv_cache_grows_reorders_and_shrinks_exactly():
     feats, lens = torch.randn(n, 40, 80, generator=g), torch.tensor([40, 33, 21, 9])
     tokens = torch.randint(2, 22, (n, steps), generator=g)
     reorders = {3: torch.tensor([1, 1, 0, 3]), 10: torch.tensor([0, 1, 3, 3]), 20: torch.tensor([3, 2, 2, 0]),
-                36: torch.tensor([2, 0])}  # fmt: skip
+                30: torch.tensor([2, 2, 2, 2]), 34: torch.tensor([3, 3]), 38: torch.tensor([0, 0, 1])}  # fmt: skip
     with torch.no_grad():
         mem, ml = model.encode(feats, lens)
         cache = model.decoder.init_cache(mem, ml)
@@ -142,10 +143,13 @@ def test_kv_cache_grows_reorders_and_shrinks_exactly():
             worst = max(worst, float((logits - full).abs().max()))
     assert cache.length == steps
     assert worst <= TOL
-    first, spare, _, _, _, back = buffers[:6]  # the buffer before and after each reorder
-    assert spare != first  # the first reorder copies every row into a new spare buffer
+    first, spare, _, _, _, back, *rest = buffers  # the buffer before and after each reorder
+    assert spare != first  # the first reorder reads row 0 after writing it: every row into a new spare
     assert buffers[2] == buffers[3] == spare  # one moved row whose source stays: copied in place
-    assert back == first  # most rows move: copied into the spare, which is the first buffer again
+    assert back == first  # row 0 read after written: copied into the spare, which is the first buffer again
+    assert rest[0] == rest[1] == back  # three of four rows move, their source stays: in place
+    assert rest[2] == rest[3]  # a shrink whose rows move down: in place (in the buffer grown at CHUNK)
+    assert rest[4] != rest[5]  # rows grow from two to three: a new buffer
 
 
 def test_kv_cache_under_cpu_bf16_autocast_keeps_fp32():

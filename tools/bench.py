@@ -14,6 +14,12 @@ lengths, the same number of generated tokens, the same thread count. Peers are s
 said so) when tools/peers/.venv is missing. This file imports ``asr`` only in our own workers.
 Systems ending in ``-mkl`` are ours with ``ASR_ONEDNN_LINEAR=0``: every fp32 matrix product in
 PyTorch's default BLAS (MKL), as in the peers, to show what routing them through oneDNN gives.
+
+The decoding table also gives, per timed decode, the page faults (fresh 4 KB pages the kernel
+handed the process) and the CPU seconds spent in the kernel. A fresh process's first decode
+faults in all the memory it needs; what that costs depends on the machine (on a VM whose host
+takes freed memory back, each first touch of a page is a fault on the host too, several times
+dearer), so a decode after ``--decode-warmup`` runs measures the steady rate.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -288,11 +295,14 @@ def worker_decode(system: str, mode: str, threads: int, tokens: int = 30, beam: 
 
     for _ in range(warmup):
         run()
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     hyps = run()
     dt = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
     lengths = sorted({len(h) for h in hyps})
-    return {"seconds": dt, "utt_per_s": utts / dt, "token_lengths": lengths, "peak_rss_mb": _mem_mb()[1]}
+    return {"seconds": dt, "utt_per_s": utts / dt, "token_lengths": lengths, "peak_rss_mb": _mem_mb()[1],
+            "page_faults": r1.ru_minflt - r0.ru_minflt, "system_s": r1.ru_stime - r0.ru_stime}  # fmt: skip
 
 
 def worker_bf16_decode(threads: int, model_dir: str, manifest: str, batch: int = 32) -> dict:
@@ -410,7 +420,8 @@ def section_decode(systems: list[str], threads_list: list[int], reps: int, log, 
                 r = run_worker("decode", system, threads, mode=mode, warmup=warmup)
                 runs.setdefault((system, mode, threads), []).append(r)
                 log(f"  decode rep {rep + 1}/{reps} {threads}T {system} {mode}: "
-                    + (f"{r['utt_per_s']:.2f} utt/s, tokens {r['token_lengths']}" if "seconds" in r else r["error"]))
+                    + (f"{r['utt_per_s']:.2f} utt/s, tokens {r['token_lengths']}, {r['page_faults']} page faults, "
+                       f"{r['system_s']:.2f} s in the kernel" if "seconds" in r else r["error"]))
     rows, ratios = [], {}
     for threads in threads_list:
         for mode in ("beam", "greedy"):
@@ -420,12 +431,16 @@ def section_decode(systems: list[str], threads_list: list[int], reps: int, log, 
                 rs = runs[(system, mode, threads)]
                 u = _median(rs, "utt_per_s")
                 if u is None:
-                    rows.append([str(threads), mode, system, "failed: " + rs[0].get("error", "?"), "", ""])
+                    rows.append([str(threads), mode, system, "failed: " + rs[0].get("error", "?"), "", "", "", ""])
                     continue
                 x = u / base_s if base_s else None
-                rows.append([str(threads), mode, system, f"{u:.2f}", f"{1 / u:.3f}", f"{x:.2f}x" if x else "-"])
+                faults, kernel_s = _median(rs, "page_faults"), _median(rs, "system_s")
+                rows.append([str(threads), mode, system, f"{u:.2f}", f"{1 / u:.3f}", f"{x:.2f}x" if x else "-",
+                             f"{faults:.0f}", f"{kernel_s:.2f}"])  # fmt: skip
                 if system != "espnet" and x:
                     ratios[f"decode_{mode}_{threads}t_{system}_vs_espnet"] = round(x, 3)
+                ratios[f"decode_{mode}_{threads}t_{system}_page_faults"] = round(faults)
+                ratios[f"decode_{mode}_{threads}t_{system}_system_s"] = round(kernel_s, 3)
     return rows, ratios
 
 
@@ -516,7 +531,7 @@ def main() -> None:
             f"Decoding 16 utterances of 10 s ({warm}), encoder included, every output forced to 30 tokens, "
             f"medians of {args.reps} runs (beam: 10 with CTC weight 0.3; -b1: one utterance at a time; -bf16: bf16 "
             "autocast; -mkl: fp32 products in MKL)",
-            ["threads", "search", "system", "utt/s", "s/utt", "speed vs ESPnet"],
+            ["threads", "search", "system", "utt/s", "s/utt", "speed vs ESPnet", "page faults", "kernel s"],
             rows,
         )
     if "bf16" in sections:

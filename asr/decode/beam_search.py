@@ -63,27 +63,20 @@ class _Beams:
     ctc: CTCPrefixState | None  # CTC prefix state per row
     lm_cache: LMCache | KVCache | None = None  # the fused LM's state per row
 
-    def advance(self, parent, tokens, scores, ctc) -> None:
-        """Rows ``parent`` (B*W,) extended by ``tokens`` (B*W,), with their new scores (B, W)."""
+    def advance(self, parent, tokens, scores, ctc, keep=None) -> None:
+        """Rows ``parent`` (B*W,) extended by ``tokens`` (B*W,), with their new scores (B, W); with
+        ``keep`` (B',), only those live utterances stay, and ``parent``, ``tokens``, ``scores`` and
+        ``ctc`` are theirs alone (B'*W rows): each cache moves once, and only the rows that go on."""
         self.scores, self.tokens = scores, tokens
         self.seqs = torch.cat([self.seqs[parent], tokens.unsqueeze(1)], dim=1)
-        self.cache = self.cache.reorder_self(parent)
+        if keep is None:
+            self.cache = self.cache.reorder_self(parent)
+        else:
+            self.utts, self.limits = self.utts[keep], self.limits[keep]
+            self.cache = self.cache.index_select(parent, cross_index=keep)
         self.ctc = ctc
         if self.lm_cache is not None:
             self.lm_cache = self.lm_cache.index_select(parent)
-
-    def keep(self, keep: torch.Tensor) -> None:
-        """Only the live utterances ``keep`` (B',) stay."""
-        w = self.scores.shape[1]
-        rows = (keep.unsqueeze(1) * w + torch.arange(w, device=keep.device)).flatten()  # (B'*W,)
-        self.utts, self.limits, self.scores = self.utts[keep], self.limits[keep], self.scores[keep]
-        self.seqs, self.tokens = self.seqs[rows], self.tokens[rows]
-        if keep.numel():
-            self.cache = self.cache.index_select(rows, cross_index=keep)
-            if self.ctc is not None:
-                self.ctc = self.ctc.index_select(rows)  # its utt keeps pointing into the scorer's batch
-            if self.lm_cache is not None:
-                self.lm_cache = self.lm_cache.index_select(rows)
 
 
 def _joint_scores(att, scorer, state, ctc_weight: float, k_pre: int, eos: int, lm=None, lm_weight: float = 0.0):
@@ -231,23 +224,30 @@ def beam_search(
         n_fin = _end(finished, beams, top, parent, tok, eos, length_norm)
         order = (torch.arange(top.shape[1], device=dev) + (tok == eos) * top.shape[1]).argsort(dim=1)[:, :w]
         order = order.gather(1, _stable_slots(torch.div(flat.gather(1, order), kc, rounding_mode="floor")))
-        sel_parent = parent.gather(1, order).flatten()  # (B*W,)
-        tokens = tok.gather(1, order).flatten()
-        ctc = None
-        if scorer is not None:
-            ctc = scorer.extend(beams.ctc, sel_parent, tokens, psi[sel_parent, (flat % kc).gather(1, order).flatten()])
-        beams.advance(sel_parent, tokens, top.gather(1, order), ctc)
+        sel_parent, tokens, new_scores = parent.gather(1, order), tok.gather(1, order), top.gather(1, order)
         step += 1
 
-        # an utterance is done with W ended hypotheses, past its limit, or when nothing can improve
-        best_run = beams.scores.max(1).values  # (B,)
+        # an utterance is done with W ended hypotheses, past its limit, or when nothing can improve;
+        # decided before anything moves, so that the states of the utterances that stop stay behind
+        best_run = new_scores.max(1).values  # (B,)
         done = (n_fin >= w) | (beams.limits < step) | torch.isneginf(best_run)
         if monotone:
             best_fin = [max((h.score for h in finished[int(u)]), default=-math.inf) for u in beams.utts]
             done |= torch.tensor(best_fin, device=dev) >= best_run
+        keep = None
         if bool(done.any()):
-            beams.keep(torch.nonzero(~done).flatten())
-            b = beams.utts.numel()
+            keep = torch.nonzero(~done).flatten()
+            if keep.numel() == 0:
+                break
+            sel_parent, tokens, new_scores, order, flat = (
+                x[keep] for x in (sel_parent, tokens, new_scores, order, flat)
+            )
+        sel_parent, tokens = sel_parent.flatten(), tokens.flatten()  # (B'*W,)
+        ctc = None
+        if scorer is not None:
+            ctc = scorer.extend(beams.ctc, sel_parent, tokens, psi[sel_parent, (flat % kc).gather(1, order).flatten()])
+        beams.advance(sel_parent, tokens, new_scores, ctc, keep)
+        b = beams.utts.numel()
 
     best_first = [sorted(hyps, key=lambda h: h.score, reverse=True) for hyps in finished]
     return [hyps[:nbest] or [Hypothesis([], -math.inf)] for hyps in best_first]

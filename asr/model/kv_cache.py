@@ -4,9 +4,10 @@ One buffer holds every layer: (N, capacity, layers, 2, H, d_k), hypothesis-major
 time-major, so that
 
 - appending a token writes one time slot per layer (no ``torch.cat`` of the whole history), and
-- reordering hypotheses (beam search keeps the parents of its survivors) is one ``index_select`` of
-  each row's contiguous history into a second buffer that the two caches then swap, or, when
-  most rows stay where they are, a copy of only the rows that moved.
+- reordering hypotheses (beam search keeps the parents of its survivors) copies, in place, only
+  the rows that change, one contiguous history each; only when rows would be read after being
+  overwritten (not in beam search) does it copy every row into a second buffer that the two
+  caches then swap.
 
 Nothing is allocated per step: on a CPU, a fresh tensor of this size is page-faulted in by the
 kernel on first touch, which cost more than the language model's matrix products themselves
@@ -16,8 +17,9 @@ On a CPU the buffer is fp32 even under bf16 autocast, and the attention over it 
 torch 2.14 the CPU's bf16 ``scaled_dot_product_attention`` for one query over a short history is
 3.5-5x slower than fp32 (measured on an AMD EPYC with AVX512-BF16), and the history is small.
 
-The cache is consumed by what it returns: :meth:`index_select` hands the old buffer to the new
-cache as its spare, so only the returned cache may be used afterwards (as with ``x = f(x)``).
+The cache is consumed by what it returns: :meth:`index_select` hands its buffer to the new cache
+(as the spare, when it copied into the other), so only the returned cache may be used afterwards
+(as with ``x = f(x)``).
 """
 
 from __future__ import annotations
@@ -78,24 +80,30 @@ class KVCache:
         return kv[0], kv[1]
 
     def index_select(self, index: torch.Tensor) -> KVCache:
-        """Keep (reorder, repeat) hypotheses ``index``, e.g. the parents of surviving beams.
+        """Keep (reorder, repeat, drop) hypotheses ``index``, e.g. the parents of surviving beams.
 
-        Returns the new cache; this one is consumed. Rows are copied into the spare buffer, which
-        the new cache then uses; but when most rows keep their place (``index[r] == r``) and the
-        rest copy from rows that keep theirs (beam search arranges this: a parent's first child
-        takes the parent's row), only the moved rows are copied, in place."""
+        Returns the new cache; this one is consumed. On a CPU the rows move in place, one
+        contiguous copy per row that changes, whenever no row is read after it has been written
+        (taking rows in order, no source is an earlier destination). Beam search arranges this:
+        a parent's first child takes the parent's own row, the other children rows whose
+        hypotheses left no child (sources stay put), and when utterances stop, the rows of those
+        that go on move down (``asr.decode.beam_search``). Otherwise (and on a GPU, which copies
+        every row at its bandwidth) the rows are copied into the spare buffer, which the new cache
+        then uses."""
         t = self.length
         if self._buf is None:
             return self._pass_on(None, None)
-        n, cap = index.numel(), self._buf.shape[1]
+        n, rows, cap = index.numel(), self._buf.shape[0], self._buf.shape[1]
         hist = self._buf[:, :t]
-        if n == self._buf.shape[0] and index.device.type == "cpu":  # (a GPU copies every row at its bandwidth)
+        if n <= rows and index.device.type == "cpu":
             moved = torch.nonzero(index != torch.arange(n, device=index.device)).flatten()
             src = index[moved]
-            if 2 * moved.numel() < n and bool((index[src] == src).all()):  # sources stay put: copy in place
+            written = torch.zeros(rows, dtype=torch.bool)
+            written[moved] = True
+            if not bool((written[src] & (src < moved)).any()):  # no row is read after it was written
                 for d, r in zip(moved.tolist(), src.tolist(), strict=True):
                     hist[d].copy_(hist[r])  # one contiguous block per row
-                return self._pass_on(self._buf, self._spare)
+                return self._pass_on(self._buf[:n], self._spare)
         spare = self._spare
         if spare is None or spare.shape[0] < n or spare.shape[1] != cap:
             spare = self._buf.new_empty(n, *self._buf.shape[1:])
