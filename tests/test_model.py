@@ -152,6 +152,43 @@ def test_kv_cache_grows_reorders_and_shrinks_exactly():
     assert rest[4] != rest[5]  # rows grow from two to three: a new buffer
 
 
+def test_kv_cache_index_select_equals_a_gather_for_any_index():
+    """Whatever the index (reorders, repeats, drops, more rows than before; in place or through the
+    spare buffer), the kept histories are exactly the gathered rows of the old ones, also in a
+    second reorder (the buffers swap); the indices beam search makes (children in the rows of
+    parents that stay put, or the rows of utterances that go on moving down) are done in place."""
+    from asr.model.kv_cache import KVCache
+
+    g = torch.Generator().manual_seed(3)
+
+    def pick(k: int, n: int) -> torch.Tensor:
+        return torch.randperm(n, generator=g)[:k].sort().values
+
+    for trial in range(300):
+        rows, t = int(torch.randint(1, 9, (1,), generator=g)), int(torch.randint(1, 5, (1,), generator=g))
+        cache = KVCache(2)
+        for _ in range(t):
+            for layer in range(2):
+                cache.slots()[layer].append(torch.randn(rows, 2, 2, 3, generator=g))
+            cache.advance()
+        for _ in range(2):
+            hist, before = cache._buf[:, : cache.length].clone(), cache._buf.data_ptr()
+            kind = trial % 3
+            if kind == 0:  # beam search's reorder: rows of parents stay, the others copy a parent's
+                parents = pick(int(torch.randint(1, rows + 1, (1,), generator=g)), rows)
+                index = parents[torch.randint(0, parents.numel(), (rows,), generator=g)]
+                index[parents] = parents
+            elif kind == 1:  # utterances stop: the rows that go on move down
+                index = pick(int(torch.randint(1, rows + 1, (1,), generator=g)), rows)
+            else:
+                index = torch.randint(0, rows, (int(torch.randint(1, rows + 3, (1,), generator=g)),), generator=g)
+            cache = cache.index_select(index)
+            assert torch.equal(cache._buf[:, : cache.length], hist[index]), (trial, index)
+            if kind < 2:
+                assert cache._buf.data_ptr() == before, (trial, index)  # in place
+            rows = index.numel()
+
+
 def test_kv_cache_under_cpu_bf16_autocast_keeps_fp32():
     """Under bf16 autocast on a CPU the cache holds fp32 (single-query attention runs in fp32 there)
     and stepping still follows bf16 teacher forcing to bf16 accuracy."""
