@@ -282,7 +282,7 @@ def test_inference_products_pack_the_weight_once_and_notice_every_change():
             torch.testing.assert_close(lin(x), nn.functional.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(linear_mod.linear(x, lin.weight), x @ lin.weight.t(), rtol=1e-5, atol=1e-5)
     with torch.inference_mode():
-        made_there = torch.randn(2048, 256)
+        made_there = torch.randn(2048, 256) / 16  # a Linear's scale, as the products above (atol 1e-5 fits it)
         assert linear_mod.packed_weight(made_there) is made_there  # no version counter: the plain weight
         torch.testing.assert_close(linear_mod.linear(x, made_there), x @ made_there.t(), rtol=1e-5, atol=1e-5)
 

@@ -19,10 +19,10 @@ convolution's rows that a chunk needs, then the second as one oneDNN product ove
 patches with its kernel packed once. The first convolution's whole output (320 MB for 16 x 10 s)
 is never written and read back. Only for wide convolutions with a big first output
 (:data:`CHUNK_MIN_CHANNELS`, :data:`CHUNK_MIN_ELEMENTS`): on an AMD EPYC the chunks made 8 x 10 s
-of the 100 h model's decoding 1.11x faster limited to AVX2 and 1.06-1.07x at the full ISA
-(``tools/bench_paths.py --models decode``), but one utterance of 10 s and FSDD's 64 channels,
-whose convolutions fit in cache, slower (frontend alone, limited to AVX2); the thresholds keep
-those on oneDNN's convolution.
+of the 100 h model's decoding 1.11x faster limited to AVX2 and 1.06-1.07x at the full ISA, on an
+Intel Xeon with AMX 1.08x and 1.03x (``tools/bench_paths.py --models decode``), but one utterance
+of 10 s and FSDD's 64 channels, whose convolutions fit in cache, slower (frontend alone, limited
+to AVX2); the thresholds keep those on oneDNN's convolution.
 Values equal the reference's to float32 rounding (tested with the rest of the frontend).
 """
 
