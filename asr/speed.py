@@ -12,6 +12,9 @@ faster than that reference on that kind of CPU. ``asr.hardware.cpu_info`` says w
     conv_channels_last    Conv2d frontend channels-last, written backward   every CPU
     conv_patch_gemm       its convolutions outside autograd in chunks of    every CPU
                           output frames, as oneDNN products over patches    (wide, big convolutions only)
+    conv_patch_train      in fp32 training, its second convolution and      Intel CPUs without AVX-512
+                          weight gradient as products over patches, in      kernels
+                          chunks
     cheap_dropout         dropout mask from 16-bit slices of random words   every CPU
     fbank_batch           batched float32 fbank with float64 fix-ups        every CPU
     heap_reuse            big blocks from glibc's heap, kept after free     every CPU (glibc only)
@@ -38,7 +41,12 @@ convolution, then its second as one product over its 3x3 patches; no full-size i
 than whole, at either ISA, and so did an Intel Xeon with AVX-512 and AMX (1.03x at its full ISA,
 1.08x limited to AVX2, where its frontend took 0.55 s instead of 0.75 s for 16 x 10 s); hence
 ``conv_patch_gemm`` on every CPU, and only for wide, big convolutions
-(asr.model.fast.conv_channels_last).
+(asr.model.fast.conv_channels_last). In fp32 training, the same products over patches in chunks
+for the second convolution (instead of oneDNN's channels-last convolution) and for its weight
+gradient (instead of one product over all 3x3 windows, 350 MB for 8 x 10 s) made that Intel Xeon's
+100 h training step 1.06x faster limited to AVX2 (oneDNN's convolution ran at 125 GFLOP/s there,
+the products at 190) and 0.995x at its full ISA (alternating in one process); hence
+``conv_patch_train`` on Intel CPUs without AVX-512 kernels (not measured on AMD: off there).
 
 Override any of them with ``ASR_SPEED_PATHS="onednn_linear=0,cheap_dropout=1"`` (``ASR_ONEDNN_LINEAR=0``
 turns both oneDNN paths off: every fp32 product in MKL), or in code with :func:`override`
@@ -61,8 +69,8 @@ log = logging.getLogger(__name__)
 __all__ = ["PATHS", "enabled", "defaults", "active", "override", "configure_process"]
 
 PATHS = (
-    "onednn_linear", "onednn_inference", "conv_channels_last", "conv_patch_gemm", "cheap_dropout", "fbank_batch",
-    "heap_reuse",
+    "onednn_linear", "onednn_inference", "conv_channels_last", "conv_patch_gemm", "conv_patch_train",
+    "cheap_dropout", "fbank_batch", "heap_reuse",
 )
 PROCESS_PATHS = ("heap_reuse",)  # set once per process by configure_process, not per call
 
@@ -74,6 +82,7 @@ def defaults(info: CpuInfo) -> dict[str, bool]:
         "onednn_inference": info.vendor == "AuthenticAMD",
         "conv_channels_last": True,
         "conv_patch_gemm": True,
+        "conv_patch_train": info.vendor == "GenuineIntel" and not info.avx512_kernels,
         "cheap_dropout": True,
         "fbank_batch": True,
         "heap_reuse": True,

@@ -137,6 +137,9 @@ def test_speed_paths_follow_the_cpu():
     assert not speed.defaults(intel)["onednn_inference"]  # MKL was faster on Intel
     for info in (intel, amd, avx2_amd, limited_amd):
         assert speed.defaults(info)["conv_patch_gemm"]  # the frontend's convolutions in chunks: faster on both
+    limited_intel = hardware.CpuInfo(**{**INTEL_AMX, "onednn_max_isa": "AVX2", "capability": "AVX2"})
+    assert speed.defaults(limited_intel)["conv_patch_train"]  # training's in chunks: faster on Intel at AVX2 only
+    assert not any(speed.defaults(info)["conv_patch_train"] for info in (intel, amd, avx2_amd, limited_amd))
 
 
 def test_speed_paths_can_be_overridden(monkeypatch):

@@ -147,14 +147,15 @@ def _nchw_reference(fe, x: torch.Tensor) -> torch.Tensor:
     return fe.proj(y[:, : y.shape[1] // s * s].reshape(y.shape[0], -1, s * y.shape[2]))
 
 
-@pytest.mark.parametrize("mode", ["fp32", "bf16", "inference"])
+@pytest.mark.parametrize("mode", ["fp32", "fp32-chunks", "bf16", "inference"])
 @pytest.mark.parametrize("frames", [200, 37, "min"])
 @pytest.mark.parametrize("channels,stack", [(0, 1), (24, 1), (24, 2)])
 def test_conv2d_frontend_cpu_paths_match_nchw_reference(mode, frames, channels, stack):
     """On CPU the frontend computes the same function another way (patch GEMM, channels-last, and in
-    fp32 training a hand-written backward): outputs and gradients equal the NCHW reference's, to
-    float32 rounding (bf16 rounding under autocast), with as many convolution channels as d_model
-    (0) or fewer, and with two convolution frames stacked (8x subsampling)."""
+    fp32 training a hand-written backward, "-chunks": its second convolution and weight gradient as
+    products over patches in chunks, ``conv_patch_train``): outputs and gradients equal the NCHW
+    reference's, to float32 rounding (bf16 rounding under autocast), with as many convolution
+    channels as d_model (0) or fewer, and with two convolution frames stacked (8x subsampling)."""
     from asr.model.frontend import Conv2dFrontend
 
     torch.manual_seed(0)
@@ -168,7 +169,7 @@ def test_conv2d_frontend_cpu_paths_match_nchw_reference(mode, frames, channels, 
     for fn in (lambda: fe(x, lens)[0], lambda: _nchw_reference(fe, x)):
         fe.zero_grad()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16"):
-            with torch.inference_mode(mode == "inference"):
+            with torch.inference_mode(mode == "inference"), speed.override(conv_patch_train=mode == "fp32-chunks"):
                 y = fn()
         if mode != "inference":
             (y.float() * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()

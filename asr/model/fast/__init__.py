@@ -11,7 +11,8 @@ faster (``tools/bench_paths.py``):
     attention               F.scaled_dot_product_attention             cheap_dropout (training on CPU)
     relu_dropout            F.dropout(F.relu(h))                       always: one saved tensor instead of two
     conv_stack              conv(x.unsqueeze(1)), the frontend's convs conv_channels_last; outside autograd
-                                                                       conv_patch_gemm: in chunks
+                                                                       conv_patch_gemm: in chunks;
+                                                                       fp32 training: conv_patch_train
     flatten_channels        y.transpose(1, 2).flatten(2)               always: a channels-last gradient
 """
 

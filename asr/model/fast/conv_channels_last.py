@@ -24,6 +24,14 @@ Intel Xeon with AMX 1.08x and 1.03x (``tools/bench_paths.py --models decode``), 
 of 10 s and FSDD's 64 channels, whose convolutions fit in cache, slower (frontend alone, limited
 to AVX2); the thresholds keep those on oneDNN's convolution.
 Values equal the reference's to float32 rounding (tested with the rest of the frontend).
+
+In fp32 training, where the speed path ``conv_patch_train`` is on, the second convolution runs the
+same way over the first one's output (which backward needs whole anyway:
+:func:`_conv2_in_chunks`), and its weight gradient sums chunk by chunk
+(:func:`_conv2_weight_grad_in_chunks`) instead of one product over all 3x3 windows at once (350 MB
+for 8 x 10 s written and read back). On an Intel Xeon limited to AVX2, where oneDNN's channels-last
+convolution ran at 125 GFLOP/s and the products at 190, the 100 h step ran 1.06x faster; at its full
+ISA 0.995x (``asr.speed``).
 """
 
 from __future__ import annotations
@@ -152,6 +160,51 @@ def _conv_stack_in_chunks(x, w1, b1, w2, b2) -> torch.Tensor:
     return out.transpose(1, 2)
 
 
+def _conv2_in_chunks(h_cl: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor) -> torch.Tensor:
+    """relu(conv2(h)) for h as (B, T1, F1, C) memory, about PATCH_ROWS output positions at a time: each
+    chunk's 3x3 windows copied once into a small buffer, then one product over them with the bias and
+    ReLU fused where oneDNN can. Returns (B, C, T2, F2) in channels-last memory, as ``F.conv2d`` does."""
+    b, t1, f1, c1 = h_cl.shape
+    t2, f2, c2 = (t1 - 3) // 2 + 1, (f1 - 3) // 2 + 1, w2.shape[0]
+    fused = _fused_ok(h_cl, w2)
+    wm = packed_weight(w2, _patch_matrix) if fused else _patch_matrix(w2).t()
+    out = h_cl.new_empty(b, t2, f2, c2)
+    frames = max(1, PATCH_ROWS // f2)
+    buf = h_cl.new_empty(min(frames, t2), f2, 3, 3, c1)
+    for i in range(b):
+        windows = _patches_of(h_cl[i : i + 1], t2, f2)[0]  # (T2, F2, 3, 3, C), a view
+        for s in range(0, t2, frames):
+            n = min(frames, t2 - s)
+            p = buf[:n]
+            p.copy_(windows[s : s + n])
+            rows = out[i, s : s + n].view(-1, c2)
+            if fused:
+                rows.copy_(_mm(p.view(-1, 9 * c1), wm, b2, "relu"))
+            else:
+                torch.addmm(b2, p.view(-1, 9 * c1), wm, out=rows).relu_()
+    return out.permute(0, 3, 1, 2)
+
+
+def _conv2_weight_grad_in_chunks(h_cl: torch.Tensor, gz_cl: torch.Tensor) -> torch.Tensor:
+    """The second convolution's weight gradient as a (C_out, 3 * 3 * C_in) matrix: the sum over the
+    output positions of gz times their 3x3 input windows, about PATCH_ROWS positions at a time (each
+    chunk's windows copied once into a small buffer) instead of all windows at once (350 MB for
+    8 x 10 s). h_cl (B, T1, F1, C_in), gz_cl (B, T2, F2, C_out)."""
+    b, t2, f2, c2 = gz_cl.shape
+    c1 = h_cl.shape[3]
+    gw = gz_cl.new_zeros(c2, 9 * c1)
+    frames = max(1, PATCH_ROWS // f2)
+    buf = h_cl.new_empty(min(frames, t2), f2, 3, 3, c1)
+    for i in range(b):
+        windows = _patches_of(h_cl[i : i + 1], t2, f2)[0]
+        for s in range(0, t2, frames):
+            n = min(frames, t2 - s)
+            p = buf[:n]
+            p.copy_(windows[s : s + n])
+            gw.addmm_(gz_cl[i, s : s + n].reshape(-1, c2).t(), p.view(-1, 9 * c1))
+    return gw
+
+
 def _conv_stack(x, w1, b1, w2, b2) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """relu(conv2(relu(conv1(x)))) channels-last: (conv1 output h, w2 in channels-last, output y)."""
     h = _conv1_patch_gemm(x, w1, b1)  # (B, C, T1, F1) channels-last
@@ -171,7 +224,13 @@ class _ConvStackChannelsLast(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w1, b1, w2, b2):
-        h, w2, y = _conv_stack(x, w1, b1, w2, b2)
+        ctx.chunks = x.dtype == torch.float32 and speed.enabled("conv_patch_train")
+        if ctx.chunks:
+            h = _conv1_patch_gemm(x, w1, b1)
+            y = _conv2_in_chunks(h.permute(0, 2, 3, 1), w2, b2)
+            w2 = w2.contiguous(memory_format=torch.channels_last)
+        else:
+            h, w2, y = _conv_stack(x, w1, b1, w2, b2)
         ctx.save_for_backward(x, h, w2, y)
         return y
 
@@ -184,9 +243,13 @@ class _ConvStackChannelsLast(torch.autograd.Function):
         h_cl = h.permute(0, 2, 3, 1)  # (B, T1, F1, C) contiguous
         if gz.dtype == torch.float32:
             gz_rows = gz.permute(0, 2, 3, 1).reshape(-1, c)  # (B * T2 * F2, C), a view
-            patches = _patches_of(h_cl, *gz.shape[2:]).reshape(-1, 9 * c)
-            gw2 = onednn_mm(gz_rows.t(), patches.t()).view(c, 3, 3, c).permute(0, 3, 1, 2)  # (C_out, C_in, 3, 3)
-            del patches
+            if ctx.chunks:
+                gw2 = _conv2_weight_grad_in_chunks(h_cl, gz.permute(0, 2, 3, 1))
+            else:
+                patches = _patches_of(h_cl, *gz.shape[2:]).reshape(-1, 9 * c)
+                gw2 = onednn_mm(gz_rows.t(), patches.t())
+                del patches
+            gw2 = gw2.view(c, 3, 3, c).permute(0, 3, 1, 2)  # (C_out, C_in, 3, 3)
             gb2 = gz_rows.sum(0)
             gh = torch.ops.aten.convolution_backward(
                 gz, h, w2, None, [2, 2], [0, 0], [1, 1], False, [0, 0], 1, [True, False, False]
