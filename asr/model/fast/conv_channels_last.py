@@ -160,56 +160,58 @@ def _conv_stack_in_chunks(x, w1, b1, w2, b2) -> torch.Tensor:
     return out.transpose(1, 2)
 
 
-def _conv2_in_chunks(h_cl: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor) -> torch.Tensor:
-    """relu(conv2(h)) for h as (B, T1, F1, C) memory, about PATCH_ROWS output positions at a time: each
-    chunk's 3x3 windows copied once into a small buffer, then one product over them with the bias and
-    ReLU fused where oneDNN can. Returns (B, C, T2, F2) in channels-last memory, as ``F.conv2d`` does."""
-    b, t1, f1, c1 = h_cl.shape
-    t2, f2, c2 = (t1 - 3) // 2 + 1, (f1 - 3) // 2 + 1, w2.shape[0]
-    fused = _fused_ok(h_cl, w2)
-    wm = packed_weight(w2, _patch_matrix) if fused else _patch_matrix(w2).t()
-    out = h_cl.new_empty(b, t2, f2, c2)
+def _window_chunks(h_cl: torch.Tensor, t2: int, f2: int):
+    """The second convolution's 3x3 input windows of h (B, T1, F1, C) memory, about PATCH_ROWS output
+    positions at a time: yields (utterance, first output frame, the windows as (positions, 9 * C)),
+    each chunk copied once into one small buffer that the next chunk reuses."""
     frames = max(1, PATCH_ROWS // f2)
-    buf = h_cl.new_empty(min(frames, t2), f2, 3, 3, c1)
-    for i in range(b):
+    buf = h_cl.new_empty(min(frames, t2), f2, 3, 3, h_cl.shape[3])
+    for i in range(h_cl.shape[0]):
         windows = _patches_of(h_cl[i : i + 1], t2, f2)[0]  # (T2, F2, 3, 3, C), a view
         for s in range(0, t2, frames):
             n = min(frames, t2 - s)
             p = buf[:n]
             p.copy_(windows[s : s + n])
-            rows = out[i, s : s + n].view(-1, c2)
-            if fused:
-                rows.copy_(_mm(p.view(-1, 9 * c1), wm, b2, "relu"))
-            else:
-                torch.addmm(b2, p.view(-1, 9 * c1), wm, out=rows).relu_()
+            yield i, s, p.view(n * f2, -1)
+
+
+def _conv2_in_chunks(h_cl: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor) -> torch.Tensor:
+    """relu(conv2(h)) for h as (B, T1, F1, C) memory, one product per chunk of :func:`_window_chunks`
+    with the bias and ReLU fused where oneDNN can. Returns (B, C, T2, F2) in channels-last memory,
+    as ``F.conv2d`` does."""
+    b, t1, f1, _ = h_cl.shape
+    t2, f2, c2 = (t1 - 3) // 2 + 1, (f1 - 3) // 2 + 1, w2.shape[0]
+    fused = _fused_ok(h_cl, w2)
+    wm = packed_weight(w2, _patch_matrix) if fused else _patch_matrix(w2).t()
+    out = h_cl.new_empty(b, t2, f2, c2)
+    for i, s, p in _window_chunks(h_cl, t2, f2):
+        rows = out[i, s : s + p.shape[0] // f2].view(-1, c2)
+        if fused:
+            rows.copy_(_mm(p, wm, b2, "relu"))
+        else:
+            torch.addmm(b2, p, wm, out=rows).relu_()
     return out.permute(0, 3, 1, 2)
 
 
 def _conv2_weight_grad_in_chunks(h_cl: torch.Tensor, gz_cl: torch.Tensor) -> torch.Tensor:
     """The second convolution's weight gradient as a (C_out, 3 * 3 * C_in) matrix: the sum over the
-    output positions of gz times their 3x3 input windows, about PATCH_ROWS positions at a time (each
-    chunk's windows copied once into a small buffer) instead of all windows at once (350 MB for
-    8 x 10 s). h_cl (B, T1, F1, C_in), gz_cl (B, T2, F2, C_out)."""
-    b, t2, f2, c2 = gz_cl.shape
-    c1 = h_cl.shape[3]
-    gw = gz_cl.new_zeros(c2, 9 * c1)
-    frames = max(1, PATCH_ROWS // f2)
-    buf = h_cl.new_empty(min(frames, t2), f2, 3, 3, c1)
-    for i in range(b):
-        windows = _patches_of(h_cl[i : i + 1], t2, f2)[0]
-        for s in range(0, t2, frames):
-            n = min(frames, t2 - s)
-            p = buf[:n]
-            p.copy_(windows[s : s + n])
-            gw.addmm_(gz_cl[i, s : s + n].reshape(-1, c2).t(), p.view(-1, 9 * c1))
+    output positions of gz times their 3x3 input windows, chunk by chunk of :func:`_window_chunks`,
+    instead of all windows at once (350 MB for 8 x 10 s). h_cl (B, T1, F1, C_in), gz_cl (B, T2, F2,
+    C_out)."""
+    _, t2, f2, c2 = gz_cl.shape
+    gw = gz_cl.new_zeros(c2, 9 * h_cl.shape[3])
+    for i, s, p in _window_chunks(h_cl, t2, f2):
+        gw.addmm_(gz_cl[i, s : s + p.shape[0] // f2].reshape(-1, c2).t(), p)
     return gw
 
 
-def _conv_stack(x, w1, b1, w2, b2) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """relu(conv2(relu(conv1(x)))) channels-last: (conv1 output h, w2 in channels-last, output y)."""
+def _conv_stack(x, w1, b1, w2, b2, chunks: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """relu(conv2(relu(conv1(x)))) channels-last: (conv1 output h, w2 in channels-last, output y);
+    ``chunks``: the second convolution as products over its windows (:func:`_conv2_in_chunks`)."""
     h = _conv1_patch_gemm(x, w1, b1)  # (B, C, T1, F1) channels-last
-    w2 = w2.contiguous(memory_format=torch.channels_last)
-    return h, w2, F.conv2d(h, w2, b2, 2).relu_()
+    w2_cl = w2.contiguous(memory_format=torch.channels_last)
+    y = _conv2_in_chunks(h.permute(0, 2, 3, 1), w2, b2) if chunks else F.conv2d(h, w2_cl, b2, 2).relu_()
+    return h, w2_cl, y
 
 
 class _ConvStackChannelsLast(torch.autograd.Function):
@@ -225,12 +227,7 @@ class _ConvStackChannelsLast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w1, b1, w2, b2):
         ctx.chunks = x.dtype == torch.float32 and speed.enabled("conv_patch_train")
-        if ctx.chunks:
-            h = _conv1_patch_gemm(x, w1, b1)
-            y = _conv2_in_chunks(h.permute(0, 2, 3, 1), w2, b2)
-            w2 = w2.contiguous(memory_format=torch.channels_last)
-        else:
-            h, w2, y = _conv_stack(x, w1, b1, w2, b2)
+        h, w2, y = _conv_stack(x, w1, b1, w2, b2, ctx.chunks)
         ctx.save_for_backward(x, h, w2, y)
         return y
 
