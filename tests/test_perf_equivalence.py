@@ -93,10 +93,24 @@ def test_cpu_dropout_mask_statistics_and_gradient():
     assert dropout(x, 0.25, False) is x and dropout(x, 0.0, True) is x
 
 
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32, torch.bfloat16])
+def test_cpu_dropout_mask_is_the_one_of_earlier_releases(dtype):
+    """The same seed gives the same masks as before (16-bit quarters of ``torch.randint`` words over
+    the whole int64 range), so training runs stay reproducible across releases; in any dtype."""
+    n, p = 10_001, 0.1
+    torch.manual_seed(11)
+    words = torch.randint(-(2**63), 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64)
+    ref = words.view(torch.int16)[:n] >= -(2**15) + round(p * 2**16)
+    torch.manual_seed(11)
+    mask = keep_mask((n,), p, dtype)
+    assert mask.dtype == dtype and torch.equal(mask.bool(), ref)
+    assert set(mask.float().unique().tolist()) == {0.0, 1.0}
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cpu_dropout_equals_the_masked_reference_in_each_dtype(dtype):
-    """fp32 applies the mask with ``where``, bf16 multiplies by it as uint8: the same values (a dropped
-    negative is -0.0 in bf16, equal to 0.0) and the same gradient as where(mask, x, 0) * scale."""
+    """x * mask * scale in one ``addcmul`` (the mask in x's dtype): the same values as
+    where(mask, x, 0) * scale (a dropped negative is -0.0, equal to 0.0) and the same gradient."""
     torch.manual_seed(0)
     x = torch.randn(64, 300).to(dtype).requires_grad_(True)
     torch.manual_seed(4)

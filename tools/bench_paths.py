@@ -1,6 +1,7 @@
 """Each CPU speed path of ``asr.speed`` against its plain PyTorch reference, on this CPU.
 
     python tools/bench_paths.py                      # every path, FSDD and 100 h training steps, fbank
+    python tools/bench_paths.py --models 100h --paths cheap_dropout   # one path on one work
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 python tools/bench_paths.py
                                                      # the same CPU limited to AVX2 (as a CPU without AVX-512)
 
@@ -182,6 +183,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--models", default="fsdd,100h,decode",
                     help="work to time: fsdd, 100h (training steps), decode (100 h model)")
+    ap.add_argument("--paths", default="", help="only these speed paths, comma-separated (default: every one)")
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     ap.add_argument("--child", help=argparse.SUPPRESS)  # internal: one process of a process-wide path
     args = ap.parse_args()
@@ -190,20 +192,28 @@ def main() -> int:
     if args.child:
         child(args.child, args.reps)
         return 0
+    only = set(filter(None, args.paths.split(",")))
+    if only - set(speed.PATHS):
+        ap.error(f"--paths: unknown {', '.join(sorted(only - set(speed.PATHS)))}; known: {', '.join(speed.PATHS)}")
+    wanted = (lambda path: not only or path in only)  # fmt: skip
     info = cpu_info()
     rows = []
     for name, build in make_works(args.models).items():
+        paths = [p for p in (DECODE_PATHS if "decoding" in name else TRAIN_PATHS) if wanted(p)]
+        process_paths = [p for p in speed.PROCESS_PATHS if wanted(p)]
+        if not paths and not process_paths:
+            continue
         work = build()
-        for path in DECODE_PATHS if "decoding" in name else TRAIN_PATHS:
+        for path in paths:
             on, off = time_pair(work, path, args.reps, 1)
             rows.append({"work": name, "path": path, "on_s": on, "off_s": off, "speedup": off / on})
         del work
-        for path in speed.PROCESS_PATHS:
+        for path in process_paths:
             rows.append(time_process_pair(name, path, args.reps, torch.get_num_threads()))
-    fb, seconds = fbank_work(args.data)
-    if fb is None:
+    fb, seconds = fbank_work(args.data) if wanted("fbank_batch") else (None, 0.0)
+    if fb is None and wanted("fbank_batch"):
         print(f"fbank: no LibriSpeech audio under {args.data}: skipped")
-    else:
+    elif fb is not None:
         on, off = time_pair(fb, "fbank_batch", args.reps, 1)
         rows.append({"work": f"fbank, {seconds:.0f} s of audio", "path": "fbank_batch", "on_s": on, "off_s": off,
                      "speedup": off / on})  # fmt: skip

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .cheap_dropout import dropout, dropout_scale
+from .cheap_dropout import _cheap, dropout, dropout_scale, dropped
 
 __all__ = ["relu_dropout"]
 
@@ -30,7 +30,10 @@ class _ReluDropout(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-        y = dropout(F.relu(h), p, training)
+        if training and p > 0 and _cheap(h.device):  # the mask and scale in one pass over h, then the ReLU
+            y = dropped(h, p).relu_()  # = relu(h) * mask * scale: the scale is positive
+        else:
+            y = dropout(F.relu(h), p, training)
         ctx.save_for_backward(y)
         ctx.scale = dropout_scale(p, h.device) if training and p > 0 else None
         return y
@@ -38,6 +41,7 @@ class _ReluDropout(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (y,) = ctx.saved_tensors
+        grad = torch.ops.aten.threshold_backward(grad, y, 0)  # grad where y > 0, else 0
         if ctx.scale is not None:
-            grad = grad * ctx.scale  # the forward's own scale
-        return torch.ops.aten.threshold_backward(grad, y, 0), None, None  # grad where y > 0, else 0
+            grad.mul_(ctx.scale)  # the forward's own scale
+        return grad, None, None
