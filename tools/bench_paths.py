@@ -195,7 +195,10 @@ def main() -> int:
     only = set(filter(None, args.paths.split(",")))
     if only - set(speed.PATHS):
         ap.error(f"--paths: unknown {', '.join(sorted(only - set(speed.PATHS)))}; known: {', '.join(speed.PATHS)}")
-    wanted = (lambda path: not only or path in only)  # fmt: skip
+
+    def wanted(path: str) -> bool:
+        return not only or path in only
+
     info = cpu_info()
     rows = []
     for name, build in make_works(args.models).items():
