@@ -9,6 +9,8 @@ faster than that reference on that kind of CPU. ``asr.hardware.cpu_info`` says w
                           when autograd records them (training)
     onednn_inference      the same for products outside autograd            AMD CPUs
                           (decoding, validation), weights packed once
+    onednn_big_inference  only those of at least 1024 rows (the encoder of  Intel CPUs
+                          a batch), and the FFN's ReLU in its first product
     conv_channels_last    Conv2d frontend channels-last, written backward   every CPU
     conv_patch_gemm       its convolutions outside autograd in chunks of    every CPU
                           output frames, as oneDNN products over patches    (wide, big convolutions only)
@@ -47,6 +49,12 @@ gradient (instead of one product over all 3x3 windows, 350 MB for 8 x 10 s) made
 100 h training step 1.06x faster limited to AVX2 (oneDNN's convolution ran at 125 GFLOP/s there,
 the products at 190) and 0.995x at its full ISA (alternating in one process); hence
 ``conv_patch_train`` on Intel CPUs without AVX-512 kernels (not measured on AMD: off there).
+On that Intel Xeon oneDNN's products with packed weights beat MKL's on the encoder's shapes of a
+batch (3984 x 256 x 2048: 1.08x; with the FFN's bias and ReLU in the product's own pass, 1.25x)
+but not on a decoder step's few rows, and decoding as a whole ran 0.97x with every product in
+oneDNN; with only products of at least 1024 rows there, 16 x 10 s decoded 1.03x faster at the full
+ISA and limited to AVX2; hence ``onednn_big_inference`` on Intel CPUs (one utterance at a time,
+249 rows, stays in MKL: 0.93x there).
 
 Override any of them with ``ASR_SPEED_PATHS="onednn_linear=0,cheap_dropout=1"`` (``ASR_ONEDNN_LINEAR=0``
 turns both oneDNN paths off: every fp32 product in MKL), or in code with :func:`override`
@@ -69,8 +77,8 @@ log = logging.getLogger(__name__)
 __all__ = ["PATHS", "enabled", "defaults", "active", "override", "configure_process"]
 
 PATHS = (
-    "onednn_linear", "onednn_inference", "conv_channels_last", "conv_patch_gemm", "conv_patch_train",
-    "cheap_dropout", "fbank_batch", "heap_reuse",
+    "onednn_linear", "onednn_inference", "onednn_big_inference", "conv_channels_last", "conv_patch_gemm",
+    "conv_patch_train", "cheap_dropout", "fbank_batch", "heap_reuse",
 )
 PROCESS_PATHS = ("heap_reuse",)  # set once per process by configure_process, not per call
 
@@ -80,6 +88,7 @@ def defaults(info: CpuInfo) -> dict[str, bool]:
     return {
         "onednn_linear": info.vendor == "AuthenticAMD" and info.avx512_kernels,
         "onednn_inference": info.vendor == "AuthenticAMD",
+        "onednn_big_inference": info.vendor == "GenuineIntel",
         "conv_channels_last": True,
         "conv_patch_gemm": True,
         "conv_patch_train": info.vendor == "GenuineIntel" and not info.avx512_kernels,
@@ -92,7 +101,7 @@ def defaults(info: CpuInfo) -> dict[str, bool]:
 def _from_env() -> dict[str, bool]:
     out: dict[str, bool] = {}
     if os.environ.get("ASR_ONEDNN_LINEAR") == "0":
-        out["onednn_linear"] = out["onednn_inference"] = False
+        out["onednn_linear"] = out["onednn_inference"] = out["onednn_big_inference"] = False
     spec = os.environ.get("ASR_SPEED_PATHS", "").strip()
     for item in filter(None, (s.strip() for s in spec.split(","))):
         name, _, value = item.partition("=")

@@ -135,9 +135,12 @@ def test_speed_paths_follow_the_cpu():
     for info in (amd, avx2_amd, limited_amd):
         assert speed.defaults(info)["onednn_inference"]  # decoding: oneDNN faster on AMD at either ISA
     assert not speed.defaults(intel)["onednn_inference"]  # MKL was faster on Intel
+    limited_intel = hardware.CpuInfo(**{**INTEL_AMX, "onednn_max_isa": "AVX2", "capability": "AVX2"})
+    for info in (intel, limited_intel):
+        assert speed.defaults(info)["onednn_big_inference"]  # but oneDNN for a batch's encoder, at either ISA
+    assert not any(speed.defaults(info)["onednn_big_inference"] for info in (amd, avx2_amd, limited_amd))
     for info in (intel, amd, avx2_amd, limited_amd):
         assert speed.defaults(info)["conv_patch_gemm"]  # the frontend's convolutions in chunks: faster on both
-    limited_intel = hardware.CpuInfo(**{**INTEL_AMX, "onednn_max_isa": "AVX2", "capability": "AVX2"})
     assert speed.defaults(limited_intel)["conv_patch_train"]  # training's in chunks: faster on Intel at AVX2 only
     assert not any(speed.defaults(info)["conv_patch_train"] for info in (intel, amd, avx2_amd, limited_amd))
 
@@ -159,7 +162,7 @@ def test_speed_paths_can_be_overridden(monkeypatch):
         speed._from_env()
     monkeypatch.setenv("ASR_SPEED_PATHS", "")
     monkeypatch.setenv("ASR_ONEDNN_LINEAR", "0")
-    assert speed._from_env() == {"onednn_linear": False, "onednn_inference": False}  # every product in MKL
+    assert speed._from_env() == {"onednn_linear": False, "onednn_inference": False, "onednn_big_inference": False}
 
 
 def test_plain_paths_compute_the_same_model():

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from asr import speed
+from asr.model import fast
 from asr.model.attention import MultiHeadAttention, lengths_to_keep_mask
 from asr.model.fast import onednn_linear as linear_mod
 from asr.model.fast.cheap_dropout import Dropout, dropout, effective_p, keep_mask
@@ -20,7 +21,8 @@ def all_speed_paths_on():
 
 
 def _reference(ffn: FeedForward) -> nn.Sequential:
-    ref = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), Dropout(ffn[2].p), nn.Linear(32, 8))
+    d, f = ffn[0].in_features, ffn[0].out_features
+    ref = nn.Sequential(nn.Linear(d, f), nn.ReLU(), Dropout(ffn[2].p), nn.Linear(f, d))
     ref.load_state_dict(ffn.state_dict())
     return ref
 
@@ -252,6 +254,40 @@ def test_training_and_inference_products_follow_their_own_paths():
                 assert linear_mod._use_onednn(big, w) == infer_on
             assert linear_mod._use_onednn(big, w.detach()) == infer_on
             assert linear_mod._use_onednn(big, w.detach(), "onednn_linear") == train_on  # onednn_mm's backward
+
+
+@onednn
+def test_big_inference_products_alone_take_onednn():
+    """onednn_big_inference: outside autograd, products of at least BIG_ROWS rows (a batch's encoder)
+    in oneDNN, a decoder step's few rows in MKL; training's products are not its business."""
+    w = torch.randn(256, 256)
+    big, few = torch.randn(linear_mod.BIG_ROWS, 256), torch.randn(linear_mod.BIG_ROWS - 1, 256)
+    with speed.override(onednn_inference=False, onednn_big_inference=True, onednn_linear=False), torch.no_grad():
+        assert linear_mod._use_onednn(big, w) and linear_mod._use_onednn(big.view(4, -1, 256), w)
+        assert not linear_mod._use_onednn(few, w)
+    with speed.override(onednn_inference=False, onednn_big_inference=True, onednn_linear=False):
+        assert not linear_mod._use_onednn(big, w.requires_grad_(True))  # recorded: onednn_linear decides
+    with speed.override(onednn_inference=False, onednn_big_inference=False), torch.no_grad():
+        assert not linear_mod._use_onednn(big, w)
+
+
+@onednn
+@pytest.mark.parametrize("paths", [{"onednn_inference": True},
+                                   {"onednn_inference": False, "onednn_big_inference": False}])
+def test_feedforward_inference_with_the_relu_in_the_product_equals_the_reference(paths):
+    """In inference the FFN's first product carries its ReLU (``linear_relu``): the plain modules' values
+    to float32 rounding, in oneDNN and in MKL; with autograd recording, the training path."""
+    torch.manual_seed(0)
+    ffn = FeedForward(256, 2048, dropout=0.1).eval()
+    ref = _reference(ffn).eval()
+    x = torch.randn(4, 300, 256)
+    with speed.override(**paths), torch.no_grad():
+        torch.testing.assert_close(ffn(x), ref(x), rtol=1e-5, atol=1e-5)
+        assert linear_mod._use_onednn(x, ffn[0].weight) == paths["onednn_inference"]
+    w = ffn[0].weight
+    ref_relu = torch.relu(x @ w.t() + ffn[0].bias)
+    torch.testing.assert_close(fast.linear_relu(x, w, ffn[0].bias), ref_relu, rtol=1e-5, atol=1e-5)
+    assert fast.linear_relu(x, w, ffn[0].bias).requires_grad  # recorded: F.relu(linear(...)), differentiable
 
 
 @onednn

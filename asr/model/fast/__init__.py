@@ -7,6 +7,9 @@ faster (``tools/bench_paths.py``):
 
     drop-in                 reference                                  speed path (asr.speed)
     Linear, linear          nn.Linear, F.linear                        onednn_linear: fp32 products in oneDNN
+                                                                       (onednn_inference, onednn_big_inference:
+                                                                       outside autograd)
+    linear_relu             F.relu(F.linear) outside autograd          the same, with the ReLU in the product
     Dropout, dropout        nn.Dropout, F.dropout                      cheap_dropout: 16-bit slices of random words
     attention               F.scaled_dot_product_attention             cheap_dropout (training on CPU)
     relu_dropout            F.dropout(F.relu(h))                       always: one saved tensor instead of two
@@ -20,6 +23,9 @@ from .attention_dropout import attention
 from .cheap_dropout import Dropout, dropout
 from .conv_channels_last import conv_stack, flatten_channels
 from .fused_relu_dropout import relu_dropout
-from .onednn_linear import Linear, linear
+from .onednn_linear import Linear, linear, linear_relu
 
-__all__ = ["Linear", "linear", "Dropout", "dropout", "attention", "relu_dropout", "conv_stack", "flatten_channels"]
+__all__ = [
+    "Linear", "linear", "linear_relu", "Dropout", "dropout", "attention", "relu_dropout", "conv_stack",
+    "flatten_channels",
+]

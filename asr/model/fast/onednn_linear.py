@@ -13,7 +13,10 @@ training and decoding measured differently: ``onednn_linear`` for products that 
 (training; on by default only on AMD CPUs with AVX-512 kernels: on AVX2-only AMD and on Intel
 CPUs MKL was faster there) and ``onednn_inference`` for products outside autograd (decoding,
 validation; on by default on every AMD CPU: limited to AVX2, decoding ran 1.07-1.12x faster in
-oneDNN). Measured side by side in ``tools/bench_paths.py`` and ``tools/bench.py`` (``ours-*-mkl``).
+oneDNN). On Intel CPUs only products of at least :data:`BIG_ROWS` rows outside autograd take
+oneDNN (``onednn_big_inference``: a batch's encoder, 1.03x for 16 x 10 s decoded on an Intel Xeon;
+a decoder step's few rows ran faster in MKL there). Measured side by side in
+``tools/bench_paths.py`` and ``tools/bench.py`` (``ours-*-mkl``).
 
 Products outside autograd take the weight in oneDNN's own blocked layout, made once by
 :func:`packed_weight` and kept while the weight is unchanged; otherwise oneDNN re-lays the whole
@@ -37,10 +40,14 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from ... import speed
 
-__all__ = ["Linear", "linear", "onednn_mm", "onednn_available", "packed_weight", "MIN_WORK", "INFERENCE_MIN_WORK"]
+__all__ = [
+    "Linear", "linear", "linear_relu", "onednn_mm", "onednn_available", "packed_weight", "MIN_WORK",
+    "INFERENCE_MIN_WORK", "BIG_ROWS",
+]
 
 MIN_WORK = 1 << 21  # rows x in x out; below it oneDNN's per-call overhead outweighs its faster kernel here
 INFERENCE_MIN_WORK = 1 << 20  # the same for products outside autograd, whose weight is packed once
+BIG_ROWS = 1024  # onednn_big_inference: products of at least this many rows (a batch's encoder, not a decoder step)
 PACK_ROWS = 64  # the rows oneDNN is told to expect when it lays a weight out (16-1024 measured alike)
 
 try:
@@ -88,7 +95,8 @@ def _recorded(*tensors: torch.Tensor | None) -> bool:
 
 def _use_onednn(x: torch.Tensor, weight: torch.Tensor, path: str | None = None) -> bool:
     """Whether ``x weight^T`` runs in oneDNN; ``path``: the ``asr.speed`` path that decides (default:
-    ``onednn_linear`` when autograd records the product, else ``onednn_inference``)."""
+    ``onednn_linear`` when autograd records the product, else ``onednn_inference``, or for products
+    of at least BIG_ROWS rows ``onednn_big_inference``)."""
     if not (_matmul is not None and x.device.type == "cpu" and torch.backends.mkldnn.enabled):
         return False
     if x.dtype != torch.float32 or weight.dtype != torch.float32 or torch.is_autocast_enabled("cpu"):
@@ -96,8 +104,11 @@ def _use_onednn(x: torch.Tensor, weight: torch.Tensor, path: str | None = None) 
     if path is None:
         path = "onednn_linear" if _recorded(x, weight) else "onednn_inference"
     in_dim = x.shape[-1]
-    min_work = MIN_WORK if path == "onednn_linear" else INFERENCE_MIN_WORK
-    return speed.enabled(path) and in_dim > 0 and x.numel() // in_dim * in_dim * weight.shape[0] >= min_work
+    rows = x.numel() // in_dim if in_dim > 0 else 0
+    if path == "onednn_linear":
+        return speed.enabled(path) and rows * in_dim * weight.shape[0] >= MIN_WORK
+    on = speed.enabled(path) or (rows >= BIG_ROWS and speed.enabled("onednn_big_inference"))
+    return on and rows * in_dim * weight.shape[0] >= INFERENCE_MIN_WORK
 
 
 def onednn_mm(a: torch.Tensor, b_t: torch.Tensor) -> torch.Tensor:
@@ -137,6 +148,16 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if recorded:
         return _OneDNNLinear.apply(x, weight, bias)
     return _mm(x, packed_weight(weight), bias)
+
+
+def linear_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.relu(F.linear(x, weight, bias))`` outside autograd; in oneDNN (where :func:`linear` would
+    be) the bias and the ReLU are applied in the product's own pass over the output."""
+    if _recorded(x, weight, bias):
+        return F.relu(linear(x, weight, bias))
+    if _use_onednn(x, weight, "onednn_inference"):
+        return _mm(x, packed_weight(weight), bias, "relu")
+    return F.linear(x, weight, bias).relu_()
 
 
 class Linear(nn.Linear):
