@@ -97,18 +97,19 @@ def _use_onednn(x: torch.Tensor, weight: torch.Tensor, path: str | None = None) 
     """Whether ``x weight^T`` runs in oneDNN; ``path``: the ``asr.speed`` path that decides (default:
     ``onednn_linear`` when autograd records the product, else ``onednn_inference``, or for products
     of at least BIG_ROWS rows ``onednn_big_inference``)."""
-    if not (_matmul is not None and x.device.type == "cpu" and torch.backends.mkldnn.enabled):
+    work = x.numel() * weight.shape[0]  # rows x in x out multiply-adds
+    if work < INFERENCE_MIN_WORK or _matmul is None:  # first: a decoder step's small products leave at once
+        return False
+    if x.device.type != "cpu" or not torch.backends.mkldnn.enabled:
         return False
     if x.dtype != torch.float32 or weight.dtype != torch.float32 or torch.is_autocast_enabled("cpu"):
         return False
     if path is None:
         path = "onednn_linear" if _recorded(x, weight) else "onednn_inference"
-    in_dim = x.shape[-1]
-    rows = x.numel() // in_dim if in_dim > 0 else 0
     if path == "onednn_linear":
-        return speed.enabled(path) and rows * in_dim * weight.shape[0] >= MIN_WORK
-    on = speed.enabled(path) or (rows >= BIG_ROWS and speed.enabled("onednn_big_inference"))
-    return on and rows * in_dim * weight.shape[0] >= INFERENCE_MIN_WORK
+        return speed.enabled(path) and work >= MIN_WORK
+    rows = x.numel() // x.shape[-1]
+    return speed.enabled(path) or (rows >= BIG_ROWS and speed.enabled("onednn_big_inference"))
 
 
 def onednn_mm(a: torch.Tensor, b_t: torch.Tensor) -> torch.Tensor:
