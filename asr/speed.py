@@ -57,7 +57,7 @@ ISA and limited to AVX2; hence ``onednn_big_inference`` on Intel CPUs (one utter
 249 rows, stays in MKL: 0.93x there).
 
 Override any of them with ``ASR_SPEED_PATHS="onednn_linear=0,cheap_dropout=1"`` (``ASR_ONEDNN_LINEAR=0``
-turns both oneDNN paths off: every fp32 product in MKL), or in code with :func:`override`
+turns the three oneDNN product paths off: every fp32 product in MKL), or in code with :func:`override`
 (benchmarks and tests).
 """
 
