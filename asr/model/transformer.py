@@ -23,7 +23,8 @@ class FeedForward(nn.Sequential):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w1, _, drop, w2 = self
-        if not torch.is_grad_enabled() and not (self.training and drop.p > 0):  # inference: relu(w1(x)) in one step
+        plain = isinstance(w1, nn.Linear)  # not a quantized stand-in (asr.lm.quantize)
+        if plain and not torch.is_grad_enabled() and not (self.training and drop.p > 0):  # inference: one step
             return w2(fast.linear_relu(x, w1.weight, w1.bias))
         return w2(fast.relu_dropout(w1(x), drop.p, self.training))  # = w2(drop(relu(w1(x))))
 
