@@ -11,6 +11,9 @@ faster than that reference on that kind of CPU. ``asr.hardware.cpu_info`` says w
                           (decoding, validation), weights packed once
     onednn_big_inference  only those of at least 1024 rows (the encoder of  Intel CPUs
                           a batch), and the FFN's ReLU in its first product
+    mkl_packed_inference  the other fp32 products outside autograd (a      Intel CPUs
+                          decoder step's rows) in MKL with the weight
+                          packed once per row count
     conv_channels_last    Conv2d frontend channels-last, written backward   every CPU
     conv_patch_gemm       its convolutions outside autograd in chunks of    every CPU
                           output frames, as oneDNN products over patches    (wide, big convolutions only)
@@ -77,8 +80,8 @@ log = logging.getLogger(__name__)
 __all__ = ["PATHS", "enabled", "defaults", "active", "override", "configure_process"]
 
 PATHS = (
-    "onednn_linear", "onednn_inference", "onednn_big_inference", "conv_channels_last", "conv_patch_gemm",
-    "conv_patch_train", "cheap_dropout", "fbank_batch", "heap_reuse",
+    "onednn_linear", "onednn_inference", "onednn_big_inference", "mkl_packed_inference", "conv_channels_last",
+    "conv_patch_gemm", "conv_patch_train", "cheap_dropout", "fbank_batch", "heap_reuse",
 )
 PROCESS_PATHS = ("heap_reuse",)  # set once per process by configure_process, not per call
 
@@ -89,6 +92,7 @@ def defaults(info: CpuInfo) -> dict[str, bool]:
         "onednn_linear": info.vendor == "AuthenticAMD" and info.avx512_kernels,
         "onednn_inference": info.vendor == "AuthenticAMD",
         "onednn_big_inference": info.vendor == "GenuineIntel",
+        "mkl_packed_inference": info.vendor == "GenuineIntel",
         "conv_channels_last": True,
         "conv_patch_gemm": True,
         "conv_patch_train": info.vendor == "GenuineIntel" and not info.avx512_kernels,

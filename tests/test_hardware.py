@@ -139,6 +139,8 @@ def test_speed_paths_follow_the_cpu():
     for info in (intel, limited_intel):
         assert speed.defaults(info)["onednn_big_inference"]  # but oneDNN for a batch's encoder, at either ISA
     assert not any(speed.defaults(info)["onednn_big_inference"] for info in (amd, avx2_amd, limited_amd))
+    assert all(speed.defaults(info)["mkl_packed_inference"] for info in (intel, limited_intel))  # measured there
+    assert not any(speed.defaults(info)["mkl_packed_inference"] for info in (amd, avx2_amd, limited_amd))  # not
     for info in (intel, amd, avx2_amd, limited_amd):
         assert speed.defaults(info)["conv_patch_gemm"]  # the frontend's convolutions in chunks: faster on both
     assert speed.defaults(limited_intel)["conv_patch_train"]  # training's in chunks: faster on Intel at AVX2 only

@@ -39,7 +39,9 @@ from asr import speed  # noqa: E402
 from asr.hardware import cpu_info  # noqa: E402
 
 TRAIN_PATHS = ("onednn_linear", "conv_channels_last", "conv_patch_train", "cheap_dropout")
-DECODE_PATHS = ("onednn_inference", "onednn_big_inference", "conv_channels_last", "conv_patch_gemm")
+DECODE_PATHS = (
+    "onednn_inference", "onednn_big_inference", "mkl_packed_inference", "conv_channels_last", "conv_patch_gemm",
+)
 
 
 def training_step(config: str, sets: list[str], batch: int, frames: int, vocab: int, tokens: int):

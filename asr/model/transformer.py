@@ -79,13 +79,14 @@ class DecoderCache:
 
     ``self_kv``: every layer's self-attention keys/values of all tokens so far (written in place);
     ``cross_kv[i]``: layer i's cross-attention keys/values of the encoder output, (N, H, S, d_k),
-    computed once; ``memory_keep``: (N, 1, 1, S), True on real encoder frames. Like its
+    computed once; ``memory_keep``: (N, 1, 1, S), True on real encoder frames (None on a CPU when
+    no frame is padding, as for one utterance: an all-True mask only costs time). Like its
     ``self_kv``, a cache is consumed by ``step`` and ``index_select``: use the one they return.
     """
 
     self_kv: KVCache
     cross_kv: list[tuple[torch.Tensor, torch.Tensor]]
-    memory_keep: torch.Tensor
+    memory_keep: torch.Tensor | None
 
     @property
     def length(self) -> int:
@@ -97,7 +98,8 @@ class DecoderCache:
         ``cross_index`` selects the cross-attention entries separately; by default ``index`` too.
         """
         ci = index if cross_index is None else cross_index
-        cross = DecoderCache(self.self_kv, [(k[ci], v[ci]) for k, v in self.cross_kv], self.memory_keep[ci])
+        keep = None if self.memory_keep is None else self.memory_keep[ci]
+        cross = DecoderCache(self.self_kv, [(k[ci], v[ci]) for k, v in self.cross_kv], keep)
         return cross.reorder_self(index)
 
     def reorder_self(self, index: torch.Tensor) -> DecoderCache:
@@ -166,6 +168,8 @@ class Decoder(nn.Module):
     def init_cache(self, memory: torch.Tensor, memory_lens: torch.Tensor) -> DecoderCache:
         """Cross-attention keys/values of every layer for ``memory`` (N, S, D), computed once."""
         keep = lengths_to_keep_mask(memory_lens, memory.shape[1])[:, None, None, :]
+        if memory.device.type == "cpu" and bool(keep.all()):  # no padding: nothing to mask (no GPU sync)
+            keep = None
         return DecoderCache(
             self_kv=KVCache(len(self.layers)),
             cross_kv=[layer.cross_attn.project_kv(memory) for layer in self.layers],

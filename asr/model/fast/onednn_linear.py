@@ -39,6 +39,7 @@ from torch import nn
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ... import speed
+from . import mkl_packed
 
 __all__ = [
     "Linear", "linear", "linear_relu", "onednn_mm", "onednn_available", "packed_weight", "MIN_WORK",
@@ -145,7 +146,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     INFERENCE_MIN_WORK) multiply-adds in oneDNN, outside autograd with the weight packed once."""
     recorded = _recorded(x, weight, bias)
     if not _use_onednn(x, weight, "onednn_linear" if recorded else "onednn_inference"):
-        return F.linear(x, weight, bias)
+        return F.linear(x, weight, bias) if recorded else mkl_packed.linear(x, weight, bias)
     if recorded:
         return _OneDNNLinear.apply(x, weight, bias)
     return _mm(x, packed_weight(weight), bias)
@@ -158,7 +159,7 @@ def linear_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         return F.relu(linear(x, weight, bias))
     if _use_onednn(x, weight, "onednn_inference"):
         return _mm(x, packed_weight(weight), bias, "relu")
-    return F.linear(x, weight, bias).relu_()
+    return mkl_packed.linear(x, weight, bias).relu_()
 
 
 class Linear(nn.Linear):
