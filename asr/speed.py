@@ -11,9 +11,9 @@ faster than that reference on that kind of CPU. ``asr.hardware.cpu_info`` says w
                           (decoding, validation), weights packed once
     onednn_big_inference  only those of at least 1024 rows (the encoder of  Intel CPUs
                           a batch), and the FFN's ReLU in its first product
-    mkl_packed_inference  the other fp32 products outside autograd (a      Intel CPUs
-                          decoder step's rows) in MKL with the weight
-                          packed once per row count
+    mkl_packed_inference  the other products outside autograd (a decoder    Intel CPUs
+                          step's rows) in MKL, the weight packed once for
+                          their row count
     conv_channels_last    Conv2d frontend channels-last, written backward   every CPU
     conv_patch_gemm       its convolutions outside autograd in chunks of    every CPU
                           output frames, as oneDNN products over patches    (wide, big convolutions only)
@@ -57,7 +57,11 @@ batch (3984 x 256 x 2048: 1.08x; with the FFN's bias and ReLU in the product's o
 but not on a decoder step's few rows, and decoding as a whole ran 0.97x with every product in
 oneDNN; with only products of at least 1024 rows there, 16 x 10 s decoded 1.03x faster at the full
 ISA and limited to AVX2; hence ``onednn_big_inference`` on Intel CPUs (one utterance at a time,
-249 rows, stays in MKL: 0.93x there).
+249 rows, stays in MKL: 0.93x there). On that Intel Xeon the products that stay in MKL outside
+autograd (a decoder step's rows) ran faster with the weight packed once in MKL's own layout than
+with ``sgemm`` packing it again on every call: decoding one utterance at a time 1.05x at the full
+ISA and 1.09x limited to AVX2, batched 1.03x and 0.99x, FSDD's 0.99x and 1.00x; hence
+``mkl_packed_inference`` on Intel CPUs (not measured on AMD, where MKL takes its generic path: off).
 
 Override any of them with ``ASR_SPEED_PATHS="onednn_linear=0,cheap_dropout=1"`` (``ASR_ONEDNN_LINEAR=0``
 turns the three oneDNN product paths off: every fp32 product in MKL), or in code with :func:`override`

@@ -8,7 +8,10 @@ faster (``tools/bench_paths.py``):
     drop-in                 reference                                  speed path (asr.speed)
     Linear, linear          nn.Linear, F.linear                        onednn_linear: fp32 products in oneDNN
                                                                        (onednn_inference, onednn_big_inference:
-                                                                       outside autograd)
+                                                                       outside autograd); the rest outside
+                                                                       autograd: mkl_packed_inference, MKL
+                                                                       with the weight packed once
+                                                                       (mkl_packed.py)
     linear_relu             F.relu(F.linear) outside autograd          the same, with the ReLU in the product
     Dropout, dropout        nn.Dropout, F.dropout                      cheap_dropout: 16-bit slices of random words
     attention               F.scaled_dot_product_attention             cheap_dropout (training on CPU)

@@ -12,9 +12,11 @@ memory), made again when its rows change for two calls, or when the weight chang
 or version counter: an optimizer step, ``load_state_dict``). Single rows (greedy search of one
 utterance) take ``F.linear``, whose matrix-vector product was faster.
 
-Measured on an Intel Xeon (AVX-512, AMX), 2 threads, 16 x 10 s of the 100 h model, beam 10 with
-CTC: one utterance at a time 1.09x faster at the full ISA and 1.05x limited to AVX2, batched
-1.01x and 1.06x (alternating in one process; ``tools/bench_paths.py --models decode``). Values
+Measured on an Intel Xeon (AVX-512, AMX), 2 threads, the 100 h model, beam 10 with CTC
+(``tools/bench_paths.py --models decode --paths mkl_packed_inference --reps 7``, alternating in
+one process): 4 x 10 s one utterance at a time 1.05x faster at the full ISA and 1.09x limited to
+AVX2, 8 x 10 s batched 1.03x and 0.99x (there the step is bound by memory: its keys, values and
+weights), FSDD's 64 x 0.6 s 0.99x and 1.00x (five steps: the packing barely pays back). Values
 equal ``F.linear``'s to float32 rounding (tested). Where a product goes to oneDNN instead
 (``asr.model.fast.onednn_linear``) this path does not see it.
 """
