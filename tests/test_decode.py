@@ -182,6 +182,21 @@ def test_beam_batch_equals_alone(model, encoded, ctc_weight):
         assert [h.score for h in alone] == pytest.approx([h.score for h in batch[i]], abs=1e-4)
 
 
+def test_beam_batch_without_padding_equals_alone(model, encoded):
+    """Equal lengths (no encoder frame is padding: no cross-attention mask, asr.model.transformer)
+    while utterances still stop at different steps: each utterance as alone."""
+    _, _, memory, mem_lens = encoded
+    n = int(mem_lens.min())
+    mem, lens = memory[:, :n], torch.full_like(mem_lens, n)
+    assert model.decoder.init_cache(mem, lens).memory_keep is None
+    batch = beam_search(model, mem, lens, beam_size=4, ctc_weight=0.3)
+    assert len({len(h[0].tokens) for h in batch}) > 1  # they stop at different steps
+    for i in range(16):
+        alone = beam_search(model, mem[i : i + 1], lens[i : i + 1], beam_size=4, ctc_weight=0.3)[0]
+        assert alone[0].tokens == batch[i][0].tokens, f"utterance {i}"
+        assert alone[0].score == pytest.approx(batch[i][0].score, abs=1e-4)
+
+
 def test_beam1_equals_greedy(model, encoded):
     _, _, memory, mem_lens = encoded
     greedy = greedy_search(model, memory, mem_lens)
