@@ -58,11 +58,9 @@ def _packed_for(weight: torch.Tensor, rows: int) -> torch.Tensor | None:
         _cache[wid] = (weakref.ref(weight, lambda _, wid=wid: _cache.pop(wid, None)), key, rows, None)
         return None
     ref, _, last, packed = hit
-    if packed is not None and packed[0] == rows:
-        return packed[1]
-    if last == rows:  # the second call in a row with these rows
+    if last == rows and (packed is None or packed[0] != rows):  # the second call in a row with these rows
         packed = (rows, _pack(weight.detach(), rows))
-    _cache[id(weight)] = (ref, key, rows, packed)
+    _cache[id(weight)] = (ref, key, rows, packed)  # these rows are now the last call's
     return packed[1] if packed is not None and packed[0] == rows else None
 
 
