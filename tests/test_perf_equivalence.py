@@ -127,6 +127,41 @@ def test_cpu_dropout_equals_the_masked_reference_in_each_dtype(dtype):
     assert torch.equal(x.grad, torch.where(keep, g, 0) * (1 / (1 - effective_p(0.1))))
 
 
+@pytest.mark.parametrize("pre_norm", [True, False])
+def test_encoder_ffn_on_real_frames_only_equals_every_frame(pre_norm):
+    """``ffn_real_frames``: in training the encoder's FFN skips padding. Real frames' outputs and
+    every gradient equal the FFN on every frame (padding reaches no real frame: the attention masks
+    it); without padding, or outside autograd, nothing is skipped."""
+    from asr.model.transformer import Encoder
+
+    torch.manual_seed(0)
+    enc = Encoder(32, 4, 64, 2, 0.0, pre_norm).train()
+    x = torch.randn(3, 11, 32)
+    lens = torch.tensor([11, 7, 4])
+    real = lengths_to_keep_mask(lens, 11)  # (B, T)
+    results = []
+    for on in (True, False):
+        enc.zero_grad()
+        xi = x.clone().requires_grad_(True)
+        with speed.override(ffn_real_frames=on):
+            y = enc(xi, lens)
+        (y * real.unsqueeze(-1) * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
+        results.append((y[real], xi.grad, [p.grad for p in enc.parameters()]))
+    (y, gx, grads), (y_ref, gx_ref, grads_ref) = results
+    torch.testing.assert_close(y, y_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(gx, gx_ref, atol=1e-5, rtol=1e-5)
+    assert not gx[~real].any()  # padding gets no gradient, either way
+    for g, g_ref in zip(grads, grads_ref, strict=True):
+        torch.testing.assert_close(g, g_ref, atol=1e-5, rtol=1e-4)
+    layer = enc.layers[0]
+    calls = []
+    layer.ffn.register_forward_hook(lambda m, i, o: calls.append(i[0].shape[:-1].numel()))
+    for grad, lengths in ((True, lens), (True, torch.full((3,), 11)), (False, lens)):
+        with torch.set_grad_enabled(grad), speed.override(ffn_real_frames=True):
+            enc(x, lengths)
+    assert calls == [22, 33, 33]  # rows the FFN saw: real frames only in training with padding
+
+
 def test_flatten_channels_sends_a_channels_last_gradient():
     from asr.model.fast import flatten_channels
 

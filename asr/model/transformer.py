@@ -41,12 +41,13 @@ class EncoderLayer(nn.Module):
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
         self.dropout = Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, keep_mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, keep_mask: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
+        """``real``: the real frames' rows of (B * T, D), for ``fast.on_real_frames`` (None: all)."""
         if self.pre_norm:
             x = x + self.dropout(self.attn(self.norm1(x), keep_mask))
-            return x + self.dropout(self.ffn(self.norm2(x)))
+            return x + self.dropout(fast.on_real_frames(lambda h: self.ffn(self.norm2(h)), x, real))
         x = self.norm1(x + self.dropout(self.attn(x, keep_mask)))
-        return self.norm2(x + self.dropout(self.ffn(x)))
+        return self.norm2(x + self.dropout(fast.on_real_frames(self.ffn, x, real)))
 
 
 class Encoder(nn.Module):
@@ -68,8 +69,9 @@ class Encoder(nn.Module):
     def forward(self, x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:  # (B, T, D), (B,)
         keep = lengths_to_keep_mask(lens, x.shape[1])[:, None, None, :]  # (B, 1, 1, T)
         x = self.pos(x)
+        real = fast.real_frames(keep, x)  # in training on CPU, the FFNs skip padding
         for layer in self.layers:
-            x = layer(x, keep)
+            x = layer(x, keep, real)
         return self.norm(x)  # (B, T, D)
 
 
