@@ -20,8 +20,9 @@ faster than that reference on that kind of CPU. ``asr.hardware.cpu_info`` says w
     conv_patch_train      in fp32 training, its second convolution and      Intel CPUs without AVX-512
                           weight gradient as products over patches, in      kernels
                           chunks
-    ffn_real_frames       in training, the encoder's FFN on real frames     every CPU
-                          only (padding skipped)
+    real_frames           in training, the encoder's FFNs (and with         every CPU
+                          conv_patch_train the frontend's second
+                          convolution) on real frames only
     cheap_dropout         dropout mask from 16-bit slices of random words   every CPU
     fbank_batch           batched float32 fbank with float64 fix-ups        every CPU
     heap_reuse            big blocks from glibc's heap, kept after free     every CPU (glibc only)
@@ -65,10 +66,12 @@ with ``sgemm`` packing it again on every call: decoding one utterance at a time 
 ISA and 1.09x limited to AVX2, batched 1.03x and 0.99x, FSDD's 0.99x and 1.00x; hence
 ``mkl_packed_inference`` on Intel CPUs (not measured on AMD, where MKL takes its generic path: off).
 
-``ffn_real_frames`` removes work instead of choosing a kernel: in training, the encoder's FFNs skip
-a padded batch's padding (asr.model.fast.real_frames). On that Intel Xeon, the 100 h step with
-7.5% padding ran 1.03x faster at the full ISA and 1.02x limited to AVX2, FSDD's 1.01x and 1.00x.
-It was not measured on AMD but is on there too.
+``real_frames`` removes work instead of choosing a kernel: in training, the encoder's FFNs skip
+a padded batch's padding (asr.model.fast.real_frames), and so does the frontend's second
+convolution where it runs in chunks (``conv_patch_train``; asr.model.fast.conv_channels_last).
+On that Intel Xeon, the 100 h step with 7.5% padding ran 1.03x faster at the full ISA (the FFNs)
+and 1.05x limited to AVX2 (the FFNs and the convolution), FSDD's 1.01x and 1.03x. It was not
+measured on AMD but is on there too.
 
 Override any of them with ``ASR_SPEED_PATHS="onednn_linear=0,cheap_dropout=1"`` (``ASR_ONEDNN_LINEAR=0``
 turns the three oneDNN product paths off: every fp32 product in MKL), or in code with :func:`override`
@@ -92,7 +95,7 @@ __all__ = ["PATHS", "enabled", "defaults", "active", "override", "configure_proc
 
 PATHS = (
     "onednn_linear", "onednn_inference", "onednn_big_inference", "mkl_packed_inference", "conv_channels_last",
-    "conv_patch_gemm", "conv_patch_train", "ffn_real_frames", "cheap_dropout", "fbank_batch", "heap_reuse",
+    "conv_patch_gemm", "conv_patch_train", "real_frames", "cheap_dropout", "fbank_batch", "heap_reuse",
 )
 PROCESS_PATHS = ("heap_reuse",)  # set once per process by configure_process, not per call
 
@@ -107,7 +110,7 @@ def defaults(info: CpuInfo) -> dict[str, bool]:
         "conv_channels_last": True,
         "conv_patch_gemm": True,
         "conv_patch_train": info.vendor == "GenuineIntel" and not info.avx512_kernels,
-        "ffn_real_frames": True,
+        "real_frames": True,
         "cheap_dropout": True,
         "fbank_batch": True,
         "heap_reuse": True,

@@ -129,7 +129,7 @@ def test_cpu_dropout_equals_the_masked_reference_in_each_dtype(dtype):
 
 @pytest.mark.parametrize("pre_norm", [True, False])
 def test_encoder_ffn_on_real_frames_only_equals_every_frame(pre_norm):
-    """``ffn_real_frames``: in training the encoder's FFN skips padding. Real frames' outputs and
+    """``real_frames``: in training the encoder's FFN skips padding. Real frames' outputs and
     every gradient equal the FFN on every frame (padding reaches no real frame: the attention masks
     it); without padding, or outside autograd, nothing is skipped."""
     from asr.model.transformer import Encoder
@@ -143,7 +143,7 @@ def test_encoder_ffn_on_real_frames_only_equals_every_frame(pre_norm):
     for on in (True, False):
         enc.zero_grad()
         xi = x.clone().requires_grad_(True)
-        with speed.override(ffn_real_frames=on):
+        with speed.override(real_frames=on):
             y = enc(xi, lens)
         (y * real.unsqueeze(-1) * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
         results.append((y[real], xi.grad, [p.grad for p in enc.parameters()]))
@@ -157,7 +157,7 @@ def test_encoder_ffn_on_real_frames_only_equals_every_frame(pre_norm):
     calls = []
     layer.ffn.register_forward_hook(lambda m, i, o: calls.append(i[0].shape[:-1].numel()))
     for grad, lengths in ((True, lens), (True, torch.full((3,), 11)), (False, lens)):
-        with torch.set_grad_enabled(grad), speed.override(ffn_real_frames=True):
+        with torch.set_grad_enabled(grad), speed.override(real_frames=True):
             enc(x, lengths)
     assert calls == [22, 33, 33]  # rows the FFN saw: real frames only in training with padding
 
@@ -217,17 +217,22 @@ def test_conv2d_frontend_cpu_paths_match_nchw_reference(mode, frames, channels, 
     frames = shortest if frames == "min" else frames
     x = torch.randn(3, frames, 80)
     lens = torch.tensor([frames, max(shortest, frames - 5), shortest])
+    real = lengths_to_keep_mask(fe.output_lengths(lens), (((frames - 1) // 2 - 1) // 2) // stack)  # (B, T')
     results = []
     for fn in (lambda: fe(x, lens)[0], lambda: _nchw_reference(fe, x)):
         fe.zero_grad()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16"):
             with torch.inference_mode(mode == "inference"), speed.override(conv_patch_train=mode == "fp32-chunks"):
                 y = fn()
-        if mode != "inference":
-            (y.float() * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
+        if mode != "inference":  # as in the model, nothing reads a frame past an utterance's length
+            (y.float() * real.unsqueeze(-1) * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
         results.append((y.float().detach(), [p.grad for p in fe.parameters()]))
     (y, grads), (y_ref, grads_ref) = results
     assert y.shape == (3, (((frames - 1) // 2 - 1) // 2) // stack, 64)
+    if mode == "fp32-chunks":  # those frames were left out (real_frames): only real frames compare
+        left_out = y[~real]  # the Linear of a convolution output of zeros: its bias
+        assert torch.equal(left_out, fe.proj.bias.detach().expand_as(left_out))
+        y, y_ref = y[real], y_ref[real]
     tol = 0.02 if mode == "bf16" else 1e-5
     torch.testing.assert_close(y, y_ref, atol=tol, rtol=tol)
     grad_tol = 0.02 if mode == "bf16" else 1e-4  # fp32: a ReLU input that rounds to the other side of 0

@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 from asr import speed  # noqa: E402
 from asr.hardware import cpu_info  # noqa: E402
 
-TRAIN_PATHS = ("onednn_linear", "conv_channels_last", "conv_patch_train", "ffn_real_frames", "cheap_dropout")
+TRAIN_PATHS = ("onednn_linear", "conv_channels_last", "conv_patch_train", "real_frames", "cheap_dropout")
 DECODE_PATHS = (
     "onednn_inference", "onednn_big_inference", "mkl_packed_inference", "conv_channels_last", "conv_patch_gemm",
 )

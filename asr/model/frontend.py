@@ -126,7 +126,10 @@ class Conv2dFrontend(nn.Module):
     def forward(self, x: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         t_in = x.shape[1]
         if self.kind == "conv2d":
-            x = fast.conv_stack(x, self.conv)  # = self.conv(x.unsqueeze(1)): (B, C, T', F')
+            # = self.conv(x.unsqueeze(1)): (B, C, T', F'); in training on CPU the frames after each
+            # utterance's last real one may be left 0 (nothing reads them: fast.real_frames)
+            real = self.output_lengths(lens, t_in) * self.stack
+            x = fast.conv_stack(x, self.conv, real)
         else:
             x = self.conv(x.unsqueeze(1))
         x = stack_frames(fast.flatten_channels(x), self.stack)  # (B, T', stack * C * F'), columns (stack, c, f)

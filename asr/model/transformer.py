@@ -69,7 +69,7 @@ class Encoder(nn.Module):
     def forward(self, x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:  # (B, T, D), (B,)
         keep = lengths_to_keep_mask(lens, x.shape[1])[:, None, None, :]  # (B, 1, 1, T)
         x = self.pos(x)
-        real = fast.real_frames(keep, x)  # in training on CPU, the FFNs skip padding
+        real = fast.real_rows(keep, x)  # in training on CPU, the FFNs skip padding
         for layer in self.layers:
             x = layer(x, keep, real)
         return self.norm(x)  # (B, T, D)

@@ -19,8 +19,9 @@ faster (``tools/bench_paths.py``):
     conv_stack              conv(x.unsqueeze(1)), the frontend's convs conv_channels_last; outside autograd
                                                                        conv_patch_gemm: in chunks;
                                                                        fp32 training: conv_patch_train
+                                                                       (with real_frames: real frames only)
     flatten_channels        y.transpose(1, 2).flatten(2)               always: a channels-last gradient
-    on_real_frames          a row-wise block on every frame            ffn_real_frames: in training on CPU, the
+    on_real_frames          a row-wise block on every frame            real_frames: in training on CPU, the
                                                                        real frames only (real_frames.py)
 """
 
@@ -29,9 +30,9 @@ from .cheap_dropout import Dropout, dropout
 from .conv_channels_last import conv_stack, flatten_channels
 from .fused_relu_dropout import relu_dropout
 from .onednn_linear import Linear, linear, linear_relu
-from .real_frames import on_real_frames, real_frames
+from .real_frames import on_real_frames, real_rows
 
 __all__ = [
     "Linear", "linear", "linear_relu", "Dropout", "dropout", "attention", "relu_dropout", "conv_stack",
-    "flatten_channels", "on_real_frames", "real_frames",
+    "flatten_channels", "on_real_frames", "real_rows",
 ]

@@ -31,7 +31,9 @@ same way over the first one's output (which backward needs whole anyway:
 (:func:`_conv2_weight_grad_in_chunks`) instead of one product over all 3x3 windows at once (350 MB
 for 8 x 10 s written and read back). On an Intel Xeon limited to AVX2, where oneDNN's channels-last
 convolution ran at 125 GFLOP/s and the products at 190, the 100 h step ran 1.06x faster; at its full
-ISA 0.995x (``asr.speed``).
+ISA 0.995x (``asr.speed``). With the speed path ``real_frames`` the chunks stop at each utterance's
+last real output frame (the ``real`` counts from the frontend) and the frames after it are left
+0: nothing reads them, their gradient is 0 (``real_frames.py``).
 """
 
 from __future__ import annotations
@@ -50,19 +52,22 @@ CHUNK_MIN_CHANNELS = 128  # chunks only for convolutions this wide (with 64 chan
 CHUNK_MIN_ELEMENTS = 1 << 23  # and a first output at least this big (32 MB in fp32: more than an L3 holds)
 
 
-def conv_stack(x: torch.Tensor, conv: nn.Sequential) -> torch.Tensor:
+def conv_stack(x: torch.Tensor, conv: nn.Sequential, real: torch.Tensor | None = None) -> torch.Tensor:
     """``conv(x.unsqueeze(1))`` for the frontend's (Conv2d, ReLU, Conv2d, ReLU): (B, T, F) -> (B, C, T', F'),
-    channels-last on CPU where the speed path ``conv_channels_last`` is on."""
+    channels-last on CPU where the speed path ``conv_channels_last`` is on. ``real`` (B,): the output
+    frames of each utterance that the model reads; in fp32 training with ``conv_patch_train`` and
+    ``real_frames`` the second convolution then skips the others and leaves them 0."""
     if x.device.type != "cpu" or not speed.enabled("conv_channels_last"):
         return conv(x.unsqueeze(1))
     c1, c2 = conv[0], conv[2]
     params = (c1.weight, c1.bias, c2.weight, c2.bias)
     if torch.is_grad_enabled() and x.dtype == torch.float32 and not x.requires_grad:  # training on features
         if not torch.is_autocast_enabled("cpu"):
-            return _ConvStackChannelsLast.apply(x, *params)
+            frames = real.tolist() if real is not None and speed.enabled("real_frames") else None
+            return _ConvStackChannelsLast.apply(x, *params, frames)
         if torch.get_autocast_dtype("cpu") == torch.bfloat16:  # as autocast would: bf16 copies, fp32 gradients
             with torch.autocast("cpu", enabled=False):
-                return _ConvStackChannelsLast.apply(*(t.to(torch.bfloat16) for t in (x, *params)))
+                return _ConvStackChannelsLast.apply(*(t.to(torch.bfloat16) for t in (x, *params)), None)
     if speed.enabled("conv_patch_gemm") and not _recorded(x, *params) and _fused_ok(x, c2.weight) and _big(x, c1):
         return _conv_stack_in_chunks(x, *params)
     return _conv_stack(x, *params)[2]
@@ -160,31 +165,35 @@ def _conv_stack_in_chunks(x, w1, b1, w2, b2) -> torch.Tensor:
     return out.transpose(1, 2)
 
 
-def _window_chunks(h_cl: torch.Tensor, t2: int, f2: int):
+def _window_chunks(h_cl: torch.Tensor, t2: int, f2: int, real: list[int] | None = None):
     """The second convolution's 3x3 input windows of h (B, T1, F1, C) memory, about PATCH_ROWS output
     positions at a time: yields (utterance, first output frame, the windows as (positions, 9 * C)),
-    each chunk copied once into one small buffer that the next chunk reuses."""
+    each chunk copied once into one small buffer that the next chunk reuses; with ``real``, only
+    the first ``real[i]`` output frames of utterance i."""
     frames = max(1, PATCH_ROWS // f2)
     buf = h_cl.new_empty(min(frames, t2), f2, 3, 3, h_cl.shape[3])
     for i in range(h_cl.shape[0]):
         windows = _patches_of(h_cl[i : i + 1], t2, f2)[0]  # (T2, F2, 3, 3, C), a view
-        for s in range(0, t2, frames):
-            n = min(frames, t2 - s)
+        last = t2 if real is None else max(0, min(t2, real[i]))
+        for s in range(0, last, frames):
+            n = min(frames, last - s)
             p = buf[:n]
             p.copy_(windows[s : s + n])
             yield i, s, p.view(n * f2, -1)
 
 
-def _conv2_in_chunks(h_cl: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor) -> torch.Tensor:
+def _conv2_in_chunks(h_cl: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor, real: list[int] | None = None):
     """relu(conv2(h)) for h as (B, T1, F1, C) memory, one product per chunk of :func:`_window_chunks`
     with the bias and ReLU fused where oneDNN can. Returns (B, C, T2, F2) in channels-last memory,
-    as ``F.conv2d`` does."""
+    as ``F.conv2d`` does; with ``real``, 0 after the first ``real[i]`` frames of utterance i."""
     b, t1, f1, _ = h_cl.shape
     t2, f2, c2 = (t1 - 3) // 2 + 1, (f1 - 3) // 2 + 1, w2.shape[0]
     fused = _fused_ok(h_cl, w2)
     wm = packed_weight(w2, _patch_matrix) if fused else _patch_matrix(w2).t()
     out = h_cl.new_empty(b, t2, f2, c2)
-    for i, s, p in _window_chunks(h_cl, t2, f2):
+    for i, n in enumerate(real or ()):
+        out[i, max(0, n) :] = 0
+    for i, s, p in _window_chunks(h_cl, t2, f2, real):
         rows = out[i, s : s + p.shape[0] // f2].view(-1, c2)
         if fused:
             rows.copy_(_mm(p, wm, b2, "relu"))
@@ -193,24 +202,25 @@ def _conv2_in_chunks(h_cl: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor) -> 
     return out.permute(0, 3, 1, 2)
 
 
-def _conv2_weight_grad_in_chunks(h_cl: torch.Tensor, gz_cl: torch.Tensor) -> torch.Tensor:
+def _conv2_weight_grad_in_chunks(h_cl: torch.Tensor, gz_cl: torch.Tensor, real: list[int] | None = None):
     """The second convolution's weight gradient as a (C_out, 3 * 3 * C_in) matrix: the sum over the
     output positions of gz times their 3x3 input windows, chunk by chunk of :func:`_window_chunks`,
     instead of all windows at once (350 MB for 8 x 10 s). h_cl (B, T1, F1, C_in), gz_cl (B, T2, F2,
     C_out)."""
     _, t2, f2, c2 = gz_cl.shape
     gw = gz_cl.new_zeros(c2, 9 * h_cl.shape[3])
-    for i, s, p in _window_chunks(h_cl, t2, f2):
+    for i, s, p in _window_chunks(h_cl, t2, f2, real):  # gz is 0 on the frames left out
         gw.addmm_(gz_cl[i, s : s + p.shape[0] // f2].reshape(-1, c2).t(), p)
     return gw
 
 
-def _conv_stack(x, w1, b1, w2, b2, chunks: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _conv_stack(x, w1, b1, w2, b2, chunks: bool = False, real: list[int] | None = None):
     """relu(conv2(relu(conv1(x)))) channels-last: (conv1 output h, w2 in channels-last, output y);
-    ``chunks``: the second convolution as products over its windows (:func:`_conv2_in_chunks`)."""
+    ``chunks``: the second convolution as products over its windows (:func:`_conv2_in_chunks`), then
+    only on the ``real`` frames of each utterance where given."""
     h = _conv1_patch_gemm(x, w1, b1)  # (B, C, T1, F1) channels-last
     w2_cl = w2.contiguous(memory_format=torch.channels_last)
-    y = _conv2_in_chunks(h.permute(0, 2, 3, 1), w2, b2) if chunks else F.conv2d(h, w2_cl, b2, 2).relu_()
+    y = _conv2_in_chunks(h.permute(0, 2, 3, 1), w2, b2, real) if chunks else F.conv2d(h, w2_cl, b2, 2).relu_()
     return h, w2_cl, y
 
 
@@ -225,9 +235,10 @@ class _ConvStackChannelsLast(torch.autograd.Function):
     gradient (fbank features)."""
 
     @staticmethod
-    def forward(ctx, x, w1, b1, w2, b2):
+    def forward(ctx, x, w1, b1, w2, b2, real=None):
         ctx.chunks = x.dtype == torch.float32 and speed.enabled("conv_patch_train")
-        h, w2, y = _conv_stack(x, w1, b1, w2, b2, ctx.chunks)
+        ctx.real = real if ctx.chunks else None  # frames after these are 0, and so is their gradient
+        h, w2, y = _conv_stack(x, w1, b1, w2, b2, ctx.chunks, ctx.real)
         ctx.save_for_backward(x, h, w2, y)
         return y
 
@@ -241,7 +252,7 @@ class _ConvStackChannelsLast(torch.autograd.Function):
         if gz.dtype == torch.float32:
             gz_rows = gz.permute(0, 2, 3, 1).reshape(-1, c)  # (B * T2 * F2, C), a view
             if ctx.chunks:
-                gw2 = _conv2_weight_grad_in_chunks(h_cl, gz.permute(0, 2, 3, 1))
+                gw2 = _conv2_weight_grad_in_chunks(h_cl, gz.permute(0, 2, 3, 1), ctx.real)
             else:
                 patches = _patches_of(h_cl, *gz.shape[2:]).reshape(-1, 9 * c)
                 gw2 = onednn_mm(gz_rows.t(), patches.t())
@@ -259,4 +270,4 @@ class _ConvStackChannelsLast(torch.autograd.Function):
         torch.ops.aten.threshold_backward.grad_input(gh_rows, h_cl, 0, grad_input=gh_rows)  # ReLU: 0 where h is 0
         gh_rows = gh_rows.view(-1, c)
         gw1 = (_patches3x3(x).reshape(-1, 9).t() @ gh_rows).t().reshape(c, 1, 3, 3)
-        return None, gw1, gh_rows.sum(0), gw2.contiguous(), gb2
+        return None, gw1, gh_rows.sum(0), gw2.contiguous(), gb2, None

@@ -7,12 +7,16 @@ the block on the real frames gathered into one matrix and puts the result back w
 padding. Real frames' outputs and every gradient equal the reference's to float32 rounding
 (``tests/test_perf_equivalence.py::test_encoder_ffn_on_real_frames_only_equals_every_frame``).
 
-Only where autograd records (training) on a CPU, under the speed path ``ffn_real_frames``: outside
+The same path has the Conv2d frontend's second convolution skip the frames after each
+utterance's last real one where it runs in chunks (``conv_patch_train``: fp32 training on Intel
+CPUs without AVX-512 kernels); they are left 0 (``asr.model.fast.conv_channels_last``).
+
+Only where autograd records (training) on a CPU, under the speed path ``real_frames``: outside
 autograd (decoding, validation) every frame runs as before, and on a GPU finding the real frames
 would make the host wait for the device. Measured on an Intel Xeon (AVX-512, AMX), 2 threads
-(``tools/bench_paths.py --models fsdd,100h --paths ffn_real_frames --reps 7``): the 100 h model's
-step on 4 x 1000 frames (lengths 850-1000) 1.03x faster at the full ISA, 1.02x limited to AVX2;
-FSDD's step 1.01x and 1.00x.
+(``tools/bench_paths.py --models fsdd,100h --paths real_frames --reps 7``): the 100 h model's
+step on 4 x 1000 frames (lengths 850-1000) 1.03x faster at the full ISA, 1.02x limited to AVX2
+with the FFNs alone and 1.05x with the convolution too; FSDD's step 1.00-1.03x.
 """
 
 from __future__ import annotations
@@ -23,14 +27,14 @@ import torch
 
 from ... import speed
 
-__all__ = ["real_frames", "on_real_frames"]
+__all__ = ["real_rows", "on_real_frames"]
 
 
-def real_frames(keep: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
+def real_rows(keep: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
     """The indices of the real frames of ``x`` (B, T, D) flattened to (B * T, D), from ``keep``
     (B*T elements, True on real frames); None where every frame runs (no padding, outside autograd,
     not a CPU, or the path is off)."""
-    if x.device.type != "cpu" or not torch.is_grad_enabled() or not speed.enabled("ffn_real_frames"):
+    if x.device.type != "cpu" or not torch.is_grad_enabled() or not speed.enabled("real_frames"):
         return None
     real = keep.flatten().nonzero().squeeze(1)
     return None if real.numel() == keep.numel() else real
