@@ -197,6 +197,22 @@ def test_beam_batch_without_padding_equals_alone(model, encoded):
         assert alone[0].score == pytest.approx(batch[i][0].score, abs=1e-4)
 
 
+def test_beam_first_step_runs_one_row_per_utterance(model, encoded, monkeypatch):
+    """Before the first step an utterance's W hypotheses are one (sos, nothing seen): the decoder
+    steps one row per utterance, then W per utterance once the beams branch. The results are the
+    ones the tests around this one check (alone, recomputed scores, ESPnet's)."""
+    _, _, memory, mem_lens = encoded
+    rows, step = [], model.decoder.step
+
+    def counting(tokens, cache):
+        rows.append(tokens.shape[0])
+        return step(tokens, cache)
+
+    monkeypatch.setattr(model.decoder, "step", counting)
+    beam_search(model, memory, mem_lens, beam_size=4, ctc_weight=0.3)
+    assert rows[:2] == [16, 64]
+
+
 def test_beam1_equals_greedy(model, encoded):
     _, _, memory, mem_lens = encoded
     greedy = greedy_search(model, memory, mem_lens)

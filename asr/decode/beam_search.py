@@ -17,7 +17,8 @@ utterance stops when it has ``beam`` ended hypotheses, when no running hypothesi
 best ended one (scores only fall when there is no length bonus/normalisation), or at its maximum
 length (encoder frames x ``max_len_ratio``), where the running hypotheses are ended. Stopped
 utterances leave the batch; each utterance's decisions depend on its own rows only, so a result
-does not depend on the batch it was decoded in.
+does not depend on the batch it was decoded in. The first step runs one row per utterance (its W
+hypotheses are still one: sos), whose scores stand for all W; the beams branch from it.
 """
 
 from __future__ import annotations
@@ -63,20 +64,22 @@ class _Beams:
     ctc: CTCPrefixState | None  # CTC prefix state per row
     lm_cache: LMCache | KVCache | None = None  # the fused LM's state per row
 
-    def advance(self, parent, tokens, scores, ctc, keep=None) -> None:
+    def advance(self, parent, tokens, scores, ctc, keep=None, fan: int = 1) -> None:
         """Rows ``parent`` (B*W,) extended by ``tokens`` (B*W,), with their new scores (B, W); with
         ``keep`` (B',), only those live utterances stay, and ``parent``, ``tokens``, ``scores`` and
-        ``ctc`` are theirs alone (B'*W rows): each cache moves once, and only the rows that go on."""
+        ``ctc`` are theirs alone (B'*W rows): each cache moves once, and only the rows that go on.
+        ``fan``: how many rows each row of the caches stands for (W before the first step)."""
         self.scores, self.tokens = scores, tokens
         self.seqs = torch.cat([self.seqs[parent], tokens.unsqueeze(1)], dim=1)
+        state_parent = parent if fan == 1 else torch.div(parent, fan, rounding_mode="floor")
         if keep is None:
-            self.cache = self.cache.reorder_self(parent)
+            self.cache = self.cache.reorder_self(state_parent)
         else:
             self.utts, self.limits = self.utts[keep], self.limits[keep]
-            self.cache = self.cache.index_select(parent, cross_index=keep)
+            self.cache = self.cache.index_select(state_parent, cross_index=keep)
         self.ctc = ctc
         if self.lm_cache is not None:
-            self.lm_cache = self.lm_cache.index_select(parent)
+            self.lm_cache = self.lm_cache.index_select(state_parent)
 
 
 def _joint_scores(att, scorer, state, ctc_weight: float, k_pre: int, eos: int, lm=None, lm_weight: float = 0.0):
@@ -177,7 +180,6 @@ def beam_search(
     if utts.numel() == 0:
         return [[Hypothesis([], 0.0)] for _ in range(b_total)]
     b = utts.numel()
-    rows = torch.arange(b, device=dev).repeat_interleave(w)  # live utterance of each row, (B*W,)
     scorer = k_pre = None
     if ctc_weight > 0:
         lp = model.ctc_log_probs(memory) if ctc_log_probs is None else ctc_log_probs
@@ -185,21 +187,24 @@ def beam_search(
         k_pre = v if pre_beam == 0 else min(v - 1, pre_beam or max(1, int(1.5 * w)))  # tokens besides eos
     scores = torch.full((b, w), -math.inf, device=dev)  # one live hypothesis per utterance at the start
     scores[:, 0] = 0.0
+    # the first step's W rows of an utterance are alike (sos, nothing seen): its decoder, LM and
+    # CTC states hold one row per utterance, whose scores stand for all W (fan), until it branches
+    fan = w
     beams = _Beams(
         utts=utts,
         limits=max_lengths(mem_lens, max_len, max_len_ratio)[utts],
         scores=scores,
         seqs=torch.zeros(b * w, 0, dtype=torch.long, device=dev),
-        tokens=torch.full((b * w,), model.sos_id, dtype=torch.long, device=dev),
+        tokens=torch.full((b,), model.sos_id, dtype=torch.long, device=dev),
         cache=decoder.init_cache(memory[utts], mem_lens[utts]),  # cross K/V once per utterance
-        ctc=scorer.initial_state(rows) if scorer else None,
-        lm_cache=lm.init_cache(b * w, dev) if lm is not None else None,
+        ctc=scorer.initial_state(torch.arange(b, device=dev)) if scorer else None,
+        lm_cache=lm.init_cache(b, dev) if lm is not None else None,
     )
     monotone = length_bonus <= 0 and not length_norm  # scores only fall: a finished best cannot be beaten
 
     step = 0
     while b > 0:
-        logits, beams.cache = decoder.step(beams.tokens, beams.cache)  # (B*W, V)
+        logits, beams.cache = decoder.step(beams.tokens, beams.cache)  # (B*W / fan, V)
         att = torch.log_softmax(logits.float(), dim=-1)
         att[:, BLANK_ID] = -math.inf  # blank is never a decoder target
         if step < min_len:
@@ -208,6 +213,8 @@ def beam_search(
         if lm is not None:
             lm_lp, beams.lm_cache = lm.step(beams.tokens, beams.lm_cache)  # (B*W, V) log p_lm
         cand, cand_ids, psi = _joint_scores(att, scorer, beams.ctc, ctc_weight, k_pre, eos, lm_lp, lm_weight)
+        if fan > 1:  # each row's scores for the W rows it stands for: (B*W, K)
+            cand, cand_ids, psi = (None if t is None else t.repeat_interleave(fan, 0) for t in (cand, cand_ids, psi))
         cand = cand + length_bonus
         at_limit = (beams.limits <= step).repeat_interleave(w)  # (B*W,) only eos may follow
         if bool(at_limit.any()):
@@ -245,9 +252,10 @@ def beam_search(
         sel_parent, tokens = sel_parent.flatten(), tokens.flatten()  # (B'*W,)
         ctc = None
         if scorer is not None:
-            ctc = scorer.extend(beams.ctc, sel_parent, tokens, psi[sel_parent, (flat % kc).gather(1, order).flatten()])
-        beams.advance(sel_parent, tokens, new_scores, ctc, keep)
-        b = beams.utts.numel()
+            chosen = psi[sel_parent, (flat % kc).gather(1, order).flatten()]
+            ctc = scorer.extend(beams.ctc, torch.div(sel_parent, fan, rounding_mode="floor"), tokens, chosen)
+        beams.advance(sel_parent, tokens, new_scores, ctc, keep, fan)
+        b, fan = beams.utts.numel(), 1
 
     best_first = [sorted(hyps, key=lambda h: h.score, reverse=True) for hyps in finished]
     return [hyps[:nbest] or [Hypothesis([], -math.inf)] for hyps in best_first]

@@ -67,12 +67,20 @@ class Encoder(nn.Module):
         self.norm = nn.LayerNorm(d_model, eps=eps) if pre_norm else nn.Identity()
 
     def forward(self, x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:  # (B, T, D), (B,)
-        keep = lengths_to_keep_mask(lens, x.shape[1])[:, None, None, :]  # (B, 1, 1, T)
+        keep = memory_keep_mask(x, lens)  # (B, 1, 1, T) or None
         x = self.pos(x)
-        real = fast.real_rows(keep, x)  # in training on CPU, the FFNs skip padding
+        real = None if keep is None else fast.real_rows(keep, x)  # in training on CPU, the FFNs skip padding
         for layer in self.layers:
             x = layer(x, keep, real)
         return self.norm(x)  # (B, T, D)
+
+
+def memory_keep_mask(x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor | None:
+    """(B, 1, 1, T) attention mask, True on each utterance's frames of x (B, T, ...); None on a CPU
+    when no frame is padding (one utterance, or a batch of equal lengths): an all-True mask only
+    costs time (SDPA 1.1x slower with it). On a GPU the mask is always made (checking would sync)."""
+    keep = lengths_to_keep_mask(lens, x.shape[1])[:, None, None, :]
+    return None if x.device.type == "cpu" and bool(keep.all()) else keep
 
 
 @dataclass
@@ -168,23 +176,23 @@ class Decoder(nn.Module):
         return fast.linear(self.norm(x), self.embed.weight)  # = F.linear: tied output projection, (.., V)
 
     def init_cache(self, memory: torch.Tensor, memory_lens: torch.Tensor) -> DecoderCache:
-        """Cross-attention keys/values of every layer for ``memory`` (N, S, D), computed once."""
-        keep = lengths_to_keep_mask(memory_lens, memory.shape[1])[:, None, None, :]
-        if memory.device.type == "cpu" and bool(keep.all()):  # no padding: nothing to mask (no GPU sync)
-            keep = None
+        """Cross-attention keys/values of every layer for ``memory`` (N, S, D), computed once, each
+        head's contiguous: every step reads them all, mostly from memory rather than cache, and a
+        head's keys in one block read faster than every 256 bytes of a (S, 2 x D) row (cross-attention
+        1.3x faster so on an Intel Xeon limited to AVX2, docs/performance.md)."""
         return DecoderCache(
             self_kv=KVCache(len(self.layers)),
-            cross_kv=[layer.cross_attn.project_kv(memory) for layer in self.layers],
-            memory_keep=keep,
+            cross_kv=[tuple(t.contiguous() for t in layer.cross_attn.project_kv(memory)) for layer in self.layers],
+            memory_keep=memory_keep_mask(memory, memory_lens),
         )
 
     def forward(self, tokens: torch.Tensor, memory: torch.Tensor, memory_lens: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits (B, U, V) for input tokens (B, U) (padding after each sequence's end)."""
-        cache = self.init_cache(memory, memory_lens)
+        keep = memory_keep_mask(memory, memory_lens)
         x = self.pos(self.embed(tokens))  # (B, U, D)
         self_keep = causal_keep_mask(tokens.shape[1], tokens.device)
-        for layer, ckv in zip(self.layers, cache.cross_kv, strict=True):
-            x = layer(x, self_keep, ckv, cache.memory_keep)
+        for layer in self.layers:
+            x = layer(x, self_keep, layer.cross_attn.project_kv(memory), keep)
         return self.logits(x)
 
     def step(self, tokens: torch.Tensor, cache: DecoderCache) -> tuple[torch.Tensor, DecoderCache]:
