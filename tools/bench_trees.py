@@ -1,0 +1,124 @@
+"""Two versions of ``asr`` side by side: the working tree against an earlier commit, on this CPU.
+
+    python tools/bench_trees.py --base HEAD~1                    # batched decoding, 16 x 10 s
+    python tools/bench_trees.py --base HEAD~1 --batch 1           # one utterance at a time
+    ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 python tools/bench_trees.py ...
+
+For changes that are not a speed path of ``asr.speed`` (so ``tools/bench_paths.py`` cannot turn
+them off), this checks out ``--base`` in a temporary git worktree and times the same work with
+each tree's ``asr``, in child processes that alternate (base, this tree, base, ...), so that the
+machine's drift hits both alike. The work is ``tools/bench.py``'s decoding: the 100 h model
+(conv2d frontend, vocabulary 500, random weights of seed 0), 16 random utterances of 10 s, beam 10
+with CTC weight 0.3, every output forced to 30 tokens, in batches of ``--batch``; each child
+decodes once untimed, then ``--reps`` times, and reports the median and a hash of the hypotheses
+(the two trees must find the same ones: a change of arrangement must not change results). Prints
+a table and one JSON line with the CPU (``asr.hardware``) and the ratio base / this tree (> 1:
+this tree is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def worker(tree: str, batch: int, reps: int, threads: int) -> dict:
+    """Decode with the ``asr`` of ``tree``; median seconds of ``reps`` decodes after one untimed."""
+    sys.path.insert(0, tree)
+    import torch
+
+    from asr import speed
+    from asr.config import load_config
+    from asr.decode import beam_search
+    from asr.model import ASRModel
+
+    torch.set_num_threads(threads)
+    speed.configure_process()  # as the command line does at start-up (heap_reuse)
+    g = torch.Generator().manual_seed(1)
+    feats, lens = torch.randn(16, 1000, 80, generator=g), torch.full((16,), 1000, dtype=torch.long)
+    torch.manual_seed(0)
+    cfg = load_config(Path(tree) / "configs" / "librispeech" / "transformer_100h.yaml").model
+    cfg.vocab_size, cfg.frontend = 500, "conv2d"
+    model = ASRModel(cfg).eval()
+
+    def run() -> list[list[int]]:
+        out = []
+        with torch.inference_mode():
+            for i in range(0, 16, batch):
+                memory, mem_lens = model.encode(feats[i : i + batch], lens[i : i + batch])
+                hyps = beam_search(model, memory, mem_lens, beam_size=10, ctc_weight=0.3, max_len=30, min_len=30)
+                out += [h[0].tokens for h in hyps]
+        return out
+
+    run()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        hyps = run()
+        times.append(time.perf_counter() - t0)
+    return {"seconds": statistics.median(times), "times": times, "hyps": hashlib.md5(str(hyps).encode()).hexdigest()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--base", default="HEAD~1", help="the commit to compare this working tree with")
+    ap.add_argument("--batch", type=int, default=16, help="utterances per search (16: all at once; 1: one at a time)")
+    ap.add_argument("--runs", type=int, default=3, help="child processes per tree, alternating")
+    ap.add_argument("--reps", type=int, default=4, help="timed decodes per child")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.batch, args.reps, args.threads)))
+        return
+    sys.path.insert(0, str(REPO))
+    from asr.hardware import cpu_info
+
+    base_rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", args.base], check=True,
+                              capture_output=True, text=True).stdout.strip()
+    results: dict[str, list[dict]] = {"base": [], "this": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        base_tree = str(Path(tmp) / "base")
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", base_tree, base_rev], check=True)
+        try:
+            for run in range(args.runs):
+                for name, tree in (("base", base_tree), ("this", str(REPO))):
+                    cmd = [sys.executable, __file__, "--worker", tree, "--batch", str(args.batch),
+                           "--reps", str(args.reps), "--threads", str(args.threads)]
+                    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+                    r = json.loads(out.strip().splitlines()[-1])
+                    results[name].append(r)
+                    print(f"run {run + 1}/{args.runs} {name}: {r['seconds']:.3f} s (hypotheses {r['hyps'][:8]})",
+                          file=sys.stderr)
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", base_tree], check=False)
+    same = len({r["hyps"] for rs in results.values() for r in rs}) == 1
+    med = {k: statistics.median(r["seconds"] for r in rs) for k, rs in results.items()}
+    info = cpu_info()
+    print(f"CPU: {info.summary()}")
+    print(f"decoding 16 x 10 s in batches of {args.batch}, beam 10 + CTC 0.3, 30 tokens, {args.threads} threads; "
+          f"{args.runs} child processes per tree, alternating, each the median of {args.reps} decodes")
+    print("| tree | seconds per child (medians) | median |")
+    print("|---|---|---|")
+    for name, label in (("base", f"base {base_rev}"), ("this", "this tree")):
+        per_child = ", ".join(f"{r['seconds']:.3f}" for r in results[name])
+        print(f"| {label} | {per_child} | {med[name]:.3f} |")
+    print(f"base / this tree: {med['base'] / med['this']:.3f}x; same hypotheses: {same}")
+    print(json.dumps({"bench": "trees", "cpu": info.to_dict(), "base": base_rev, "batch": args.batch,
+                      "base_s": round(med["base"], 4), "this_s": round(med["this"], 4),
+                      "ratio": round(med["base"] / med["this"], 4), "same_hypotheses": same}))
+    if not same:
+        sys.exit("the two trees found different hypotheses")
+
+
+if __name__ == "__main__":
+    main()
