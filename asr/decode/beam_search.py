@@ -64,14 +64,15 @@ class _Beams:
     ctc: CTCPrefixState | None  # CTC prefix state per row
     lm_cache: LMCache | KVCache | None = None  # the fused LM's state per row
 
-    def advance(self, parent, tokens, scores, ctc, keep=None, fan: int = 1) -> None:
+    def advance(self, parent, tokens, scores, ctc, keep=None, state_parent=None) -> None:
         """Rows ``parent`` (B*W,) extended by ``tokens`` (B*W,), with their new scores (B, W); with
         ``keep`` (B',), only those live utterances stay, and ``parent``, ``tokens``, ``scores`` and
         ``ctc`` are theirs alone (B'*W rows): each cache moves once, and only the rows that go on.
-        ``fan``: how many rows each row of the caches stands for (W before the first step)."""
+        ``state_parent``: the parents' rows in the caches, where those differ from ``parent`` (before
+        the first step they hold one row per utterance)."""
         self.scores, self.tokens = scores, tokens
         self.seqs = torch.cat([self.seqs[parent], tokens.unsqueeze(1)], dim=1)
-        state_parent = parent if fan == 1 else torch.div(parent, fan, rounding_mode="floor")
+        state_parent = parent if state_parent is None else state_parent
         if keep is None:
             self.cache = self.cache.reorder_self(state_parent)
         else:
@@ -250,11 +251,12 @@ def beam_search(
                 x[keep] for x in (sel_parent, tokens, new_scores, order, flat)
             )
         sel_parent, tokens = sel_parent.flatten(), tokens.flatten()  # (B'*W,)
+        state_parent = sel_parent if fan == 1 else torch.div(sel_parent, fan, rounding_mode="floor")
         ctc = None
         if scorer is not None:
             chosen = psi[sel_parent, (flat % kc).gather(1, order).flatten()]
-            ctc = scorer.extend(beams.ctc, torch.div(sel_parent, fan, rounding_mode="floor"), tokens, chosen)
-        beams.advance(sel_parent, tokens, new_scores, ctc, keep, fan)
+            ctc = scorer.extend(beams.ctc, state_parent, tokens, chosen)
+        beams.advance(sel_parent, tokens, new_scores, ctc, keep, state_parent)
         b, fan = beams.utts.numel(), 1
 
     best_first = [sorted(hyps, key=lambda h: h.score, reverse=True) for hyps in finished]

@@ -124,16 +124,15 @@ class Conv2dFrontend(nn.Module):
         return torch.div(self._conv_lengths(lens), self.stack, rounding_mode="floor")
 
     def forward(self, x: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        t_in = x.shape[1]
+        out_lens = self.output_lengths(lens, x.shape[1])
         if self.kind == "conv2d":
             # = self.conv(x.unsqueeze(1)): (B, C, T', F'); in training on CPU the frames after each
             # utterance's last real one may be left 0 (nothing reads them: fast.real_frames)
-            real = self.output_lengths(lens, t_in) * self.stack
-            x = fast.conv_stack(x, self.conv, real)
+            x = fast.conv_stack(x, self.conv, out_lens * self.stack)
         else:
             x = self.conv(x.unsqueeze(1))
         x = stack_frames(fast.flatten_channels(x), self.stack)  # (B, T', stack * C * F'), columns (stack, c, f)
-        return self.proj(x), self.output_lengths(lens, t_in)  # (B, T' / stack, D)
+        return self.proj(x), out_lens  # (B, T' / stack, D)
 
 
 def build_frontend(
