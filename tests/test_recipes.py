@@ -45,6 +45,24 @@ def _run(script: Path, *args: str, timeout: int = 900, fail: bool = False, offli
     return proc.stdout
 
 
+def _assert_outputs_ignored(recipe: Path) -> None:
+    """Everything a run wrote beside run.sh is ignored by the repository's .gitignore: the main job, run in
+    a clone, leaves ``git status`` clean."""
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout: .gitignore not checked")
+    git = ["git", "-C", str(REPO)]
+    tracked = subprocess.run([*git, "ls-files", f"recipes/{recipe.name}"], capture_output=True, text=True, check=True)
+    own = {str(Path(f).relative_to(f"recipes/{recipe.name}")) for f in tracked.stdout.split()}
+    made = [f"recipes/{recipe.name}/{p.relative_to(recipe)}" + "/" * p.is_dir()
+            for p in sorted(recipe.rglob("*")) if str(p.relative_to(recipe)) not in own]  # fmt: skip
+    assert made, "the run wrote nothing?"
+    proc = subprocess.run([*git, "check-ignore", "--no-index", "--stdin"], input="\n".join(made) + "\n",
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr  # 1: nothing ignored
+    kept = [p for p in made if p not in set(proc.stdout.split())]
+    assert not kept, f"outputs of the recipe that git would show as untracked: {kept[:10]}"
+
+
 @pytest.mark.slow
 def test_librispeech_recipe_all_stages_and_restart(data_root, tmp_path):
     recipe = _copy_recipe(tmp_path, "librispeech")
@@ -98,6 +116,7 @@ def test_fsdd_recipe_stages_0_to_3_offline_on_the_bundled_corpus(tmp_path):
     assert len(list((recipe / "data_tts_voices").glob("*_tts099_14.flac"))) == 10  # 100 synthetic speakers, offline
     train = [json.loads(line)["speaker"] for line in (recipe / "data" / "train.jsonl").read_text().splitlines()]
     assert any(s.startswith("tts") for s in train) and not all(s.startswith("tts") for s in train)
+    _assert_outputs_ignored(recipe)
 
     tampered = shutil.copytree(REPO / "corpus" / "fsdd", tmp_path / "tampered", symlinks=False)
     f = tampered / "recordings" / "4_nicolas_12.flac"
@@ -147,6 +166,7 @@ def test_fsdd_recipe_plumbing(tmp_path):
         assert f"| {label} | **{wer['wer']:.2f}** |" in results
         assert json.loads((decoded / "hyp.settings.json").read_text())["decode"]["speeds"] == [1.0, 1.1, 1.2]
     assert "reference:" in out
+    _assert_outputs_ignored(recipe)
 
 
 @pytest.mark.slow
