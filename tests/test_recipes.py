@@ -59,7 +59,8 @@ def _assert_outputs_ignored(recipe: Path) -> None:
     proc = subprocess.run([*git, "check-ignore", "--no-index", "--stdin"], input="\n".join(made) + "\n",
                           capture_output=True, text=True)  # fmt: skip
     assert proc.returncode in (0, 1), proc.stderr  # 1: nothing ignored
-    kept = [p for p in made if p not in set(proc.stdout.split())]
+    ignored = set(proc.stdout.splitlines())
+    kept = [p for p in made if p not in ignored]
     assert not kept, f"outputs of the recipe that git would show as untracked: {kept[:10]}"
 
 
