@@ -98,15 +98,12 @@ class MultiHeadAttention(nn.Module):
         past: KVSlot | None = None,
     ) -> torch.Tensor:
         b, l, d = x.shape
-        groups = 1
         if self.cross:
             assert kv is not None, "cross-attention needs the memory's keys and values"
-            q = self._split(self.q(x), 1)[0]
             k, v = kv
-            groups = b // k.shape[0]  # > 1 in beam search: `groups` hypotheses share their utterance's K/V
-            if groups > 1:  # fold the hypotheses into the query length: (B', H, groups * L, d_k)
-                q = q.reshape(k.shape[0], groups, self.heads, l, self.d_k).transpose(1, 2)
-                q = q.reshape(k.shape[0], self.heads, groups * l, self.d_k)
+            # B' = k.shape[0] utterances; in beam search each has b / B' hypotheses (utterance-major),
+            # folded into its query length: (B', H, b / B' x L, d_k), one copy of K/V per utterance
+            q = self.q(x).view(k.shape[0], -1, self.heads, self.d_k).transpose(1, 2)
         elif past is not None:  # one new token: its key and value go to the cache, one copy
             qkv = self.qkv(x).view(b, 3, self.heads, self.d_k)  # l == 1
             q = qkv[:, 0].unsqueeze(2)  # (B, H, 1, d_k)
@@ -118,6 +115,4 @@ class MultiHeadAttention(nn.Module):
                 y = fast.attention(q.to(k.dtype), k, v, keep_mask, 0.0).to(q.dtype)
         else:
             y = fast.attention(q, k, v, keep_mask, self.dropout if self.training else 0.0)  # SDPA: (B, H, L, d_k)
-        if groups > 1:
-            y = y.reshape(k.shape[0], self.heads, groups, l, self.d_k).transpose(1, 2).reshape(b, self.heads, l, -1)
-        return self.out(y.transpose(1, 2).reshape(b, l, d))
+        return self.out(y.transpose(1, 2).reshape(b, l, d))  # (B', H, b / B' x L, d_k) in cross-attention
