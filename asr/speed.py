@@ -17,7 +17,7 @@ faster than that reference on that kind of CPU. ``asr.hardware.cpu_info`` says w
     conv_channels_last    Conv2d frontend channels-last, written backward   every CPU
     conv_patch_gemm       its convolutions outside autograd in chunks of    every CPU
                           output frames, as oneDNN products over patches    (wide, big convolutions only)
-    conv_patch_train      in fp32 training, its second convolution and      Intel CPUs without AVX-512
+    conv_patch_train      in fp32 training, its second convolution and      CPUs without AVX-512
                           weight gradient as products over patches, in      kernels
                           chunks
     real_frames           in training, the encoder's FFNs (and with         every CPU
@@ -70,8 +70,8 @@ ISA and 1.09x limited to AVX2, batched 1.03x and 0.99x, FSDD's 0.99x and 1.00x; 
 a padded batch's padding (asr.model.fast.real_frames), and so does the frontend's second
 convolution where it runs in chunks (``conv_patch_train``; asr.model.fast.conv_channels_last).
 On that Intel Xeon, the 100 h step with 7.5% padding ran 1.03x faster at the full ISA (the FFNs)
-and 1.05x limited to AVX2 (the FFNs and the convolution), FSDD's 1.01x and 1.03x. It was not
-measured on AMD but is on there too.
+and 1.05x limited to AVX2 (the FFNs and the convolution), FSDD's 1.01x and 1.03x; on that AMD EPYC
+(the same command) 1.04x at the full ISA and 1.06-1.13x limited to AVX2, FSDD's 1.00-1.01x.
 
 Override any of them with ``ASR_SPEED_PATHS="onednn_linear=0,cheap_dropout=1"`` (``ASR_ONEDNN_LINEAR=0``
 turns the three oneDNN product paths off: every fp32 product in MKL), or in code with :func:`override`
@@ -109,7 +109,7 @@ def defaults(info: CpuInfo) -> dict[str, bool]:
         "mkl_packed_inference": info.vendor == "GenuineIntel",
         "conv_channels_last": True,
         "conv_patch_gemm": True,
-        "conv_patch_train": info.vendor == "GenuineIntel" and not info.avx512_kernels,
+        "conv_patch_train": not info.avx512_kernels,
         "real_frames": True,
         "cheap_dropout": True,
         "fbank_batch": True,
