@@ -2,6 +2,7 @@
 
     python tools/bench_trees.py --base HEAD~1                    # batched decoding, 16 x 10 s
     python tools/bench_trees.py --base HEAD~1 --batch 1           # one utterance at a time
+    python tools/bench_trees.py --base HEAD~1 --work train        # a training step (--precision bf16)
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 python tools/bench_trees.py ...
 
 For changes that are not a speed path of ``asr.speed`` (so ``tools/bench_paths.py`` cannot turn
@@ -14,6 +15,12 @@ decodes once untimed, then ``--reps`` times, and reports the median and a hash o
 (the two trees must find the same ones: a change of arrangement must not change results). Prints
 a table and one JSON line with the CPU (``asr.hardware``) and the ratio base / this tree (> 1:
 this tree is faster).
+
+``--work train`` times ``tools/bench.py``'s training step instead: the same model and seed, its
+batch of 8 x 1000 frames, forward and backward (fp32, or bf16 autocast with ``--precision bf16``),
+each child ``--reps`` timed steps after three untimed ones. The trees must compute the same loss to
+the bit and the same gradient norm to float32 rounding (1e-5 relative: a change of arrangement may
+sum in another order).
 """
 
 from __future__ import annotations
@@ -29,6 +36,36 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def train_worker(tree: str, reps: int, threads: int, precision: str) -> dict:
+    """Training steps with the ``asr`` of ``tree``: median seconds of ``reps`` after three untimed,
+    the first step's loss and gradient norm."""
+    sys.path.insert(0, tree)
+    sys.path.insert(0, str(REPO / "tools"))
+    import torch
+    from bench import _build_train
+
+    from asr import speed
+
+    torch.set_num_threads(threads)
+    speed.configure_process()  # as the command line does at start-up (heap_reuse)
+    model, loss_fn, batch = _build_train("ours-conv2d")  # imports the asr first on sys.path: tree's
+    model.train()
+    times, first = [], None
+    for i in range(reps + 3):
+        model.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = loss_fn(model, batch)
+        loss.backward()
+        if i >= 3:
+            times.append(time.perf_counter() - t0)
+        if first is None:
+            grads = [p.grad.norm() for p in model.parameters() if p.grad is not None]
+            norm = torch.linalg.vector_norm(torch.stack(grads))
+            first = (float(loss), float(norm))
+    return {"seconds": statistics.median(times), "times": times, "loss": first[0], "grad_norm": first[1]}
 
 
 def worker(tree: str, batch: int, reps: int, threads: int) -> dict:
@@ -75,10 +112,15 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="child processes per tree, alternating")
     ap.add_argument("--reps", type=int, default=4, help="timed decodes per child")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--work", choices=["decode", "train"], default="decode")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="of --work train")
     ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.batch, args.reps, args.threads)))
+        if args.work == "train":
+            print(json.dumps(train_worker(args.worker, args.reps, args.threads, args.precision)))
+        else:
+            print(json.dumps(worker(args.worker, args.batch, args.reps, args.threads)))
         return
     sys.path.insert(0, str(REPO))
     from asr.hardware import cpu_info
@@ -93,31 +135,44 @@ def main() -> None:
             for run in range(args.runs):
                 for name, tree in (("base", base_tree), ("this", str(REPO))):
                     cmd = [sys.executable, __file__, "--worker", tree, "--batch", str(args.batch),
-                           "--reps", str(args.reps), "--threads", str(args.threads)]
+                           "--reps", str(args.reps), "--threads", str(args.threads), "--work", args.work,
+                           "--precision", args.precision]
                     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
                     r = json.loads(out.strip().splitlines()[-1])
                     results[name].append(r)
-                    print(f"run {run + 1}/{args.runs} {name}: {r['seconds']:.3f} s (hypotheses {r['hyps'][:8]})",
-                          file=sys.stderr)
+                    what = f"loss {r['loss']:.6f}" if args.work == "train" else f"hypotheses {r['hyps'][:8]}"
+                    print(f"run {run + 1}/{args.runs} {name}: {r['seconds']:.3f} s ({what})", file=sys.stderr)
         finally:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", base_tree], check=False)
-    same = len({r["hyps"] for rs in results.values() for r in rs}) == 1
+    rs = [r for rs in results.values() for r in rs]
+    if args.work == "train":
+        norms = [r["grad_norm"] for r in rs]
+        same = len({r["loss"] for r in rs}) == 1 and max(norms) - min(norms) <= 1e-5 * max(norms)
+        work = (f"the 100 h training step (8 x 1000 frames, {args.precision}, forward and backward), {args.threads} "
+                f"threads; {args.runs} child processes per tree, alternating, each the median of {args.reps} steps")
+        same_what = "same loss and gradient norm"
+    else:
+        same = len({r["hyps"] for r in rs}) == 1
+        work = (f"decoding 16 x 10 s in batches of {args.batch}, beam 10 + CTC 0.3, 30 tokens, {args.threads} "
+                f"threads; {args.runs} child processes per tree, alternating, each the median of {args.reps} decodes")
+        same_what = "same hypotheses"
     med = {k: statistics.median(r["seconds"] for r in rs) for k, rs in results.items()}
     info = cpu_info()
     print(f"CPU: {info.summary()}")
-    print(f"decoding 16 x 10 s in batches of {args.batch}, beam 10 + CTC 0.3, 30 tokens, {args.threads} threads; "
-          f"{args.runs} child processes per tree, alternating, each the median of {args.reps} decodes")
+    print(work)
     print("| tree | seconds per child (medians) | median |")
     print("|---|---|---|")
     for name, label in (("base", f"base {base_rev}"), ("this", "this tree")):
         per_child = ", ".join(f"{r['seconds']:.3f}" for r in results[name])
         print(f"| {label} | {per_child} | {med[name]:.3f} |")
-    print(f"base / this tree: {med['base'] / med['this']:.3f}x; same hypotheses: {same}")
-    print(json.dumps({"bench": "trees", "cpu": info.to_dict(), "base": base_rev, "batch": args.batch,
+    print(f"base / this tree: {med['base'] / med['this']:.3f}x; {same_what}: {same}")
+    print(json.dumps({"bench": "trees", "cpu": info.to_dict(), "base": base_rev, "work": args.work,
+                      "batch": args.batch if args.work == "decode" else None,
+                      "precision": args.precision if args.work == "train" else None,
                       "base_s": round(med["base"], 4), "this_s": round(med["this"], 4),
-                      "ratio": round(med["base"] / med["this"], 4), "same_hypotheses": same}))
+                      "ratio": round(med["base"] / med["this"], 4), "same_results": same}))
     if not same:
-        sys.exit("the two trees found different hypotheses")
+        sys.exit(f"the two trees did not give the {same_what}")
 
 
 if __name__ == "__main__":
