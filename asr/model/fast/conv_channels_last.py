@@ -208,7 +208,8 @@ def _conv2_weight_grad_in_chunks(h_cl: torch.Tensor, gz_cl: torch.Tensor, real: 
     instead of all windows at once (350 MB for 8 x 10 s). h_cl (B, T1, F1, C_in), gz_cl (B, T2, F2,
     C_out). Summed as its transpose, windows^T gz (9 C_in x C_out): on an AMD EPYC limited to AVX2,
     MKL ran that product at 183-191 GFLOP/s against 154-161 for gz^T windows, the same sums (the
-    100 h training step 1.05x faster, docs/performance.md)."""
+    100 h training step 1.02x and 1.03x faster in ``tools/bench_trees.py --work train``,
+    docs/performance.md). Returned as a view of that sum, (C_out, 9 C_in)."""
     _, t2, f2, c2 = gz_cl.shape
     gw_t = gz_cl.new_zeros(9 * h_cl.shape[3], c2)
     for i, s, p in _window_chunks(h_cl, t2, f2, real):  # gz is 0 on the frames left out
@@ -259,7 +260,7 @@ class _ConvStackChannelsLast(torch.autograd.Function):
                 patches = _patches_of(h_cl, *gz.shape[2:]).reshape(-1, 9 * c)
                 gw2 = onednn_mm(gz_rows.t(), patches.t())
                 del patches
-            gw2 = gw2.reshape(c, 3, 3, c).permute(0, 3, 1, 2)  # (C_out, C_in, 3, 3)
+            gw2 = gw2.unflatten(1, (3, 3, c)).permute(0, 3, 1, 2)  # (C_out, C_in, 3, 3), a view
             gb2 = gz_rows.sum(0)
             gh = torch.ops.aten.convolution_backward(
                 gz, h, w2, None, [2, 2], [0, 0], [1, 1], False, [0, 0], 1, [True, False, False]
