@@ -26,7 +26,11 @@ costs about as much as the product. With packed weights, oneDNN beats MKL from
 ran 1.66x faster than with MKL at the full ISA of an AMD EPYC, 1.39x limited to AVX2 (1.30x and
 1.05x before the packing; ``tools/bench_paths.py --models decode``, README Performance). A
 packed product's row does not depend on how many rows share the call (tested). The kept copy
-costs the weight's size again in memory.
+costs the weight's size again in memory. The threshold takes in a decoder step's three 10 x 256 x
+256 products a layer too: in the search their weights come from memory, and there the packed
+product took 56 us against MKL's 70 (the same AMD limited to AVX2, one utterance at a time);
+16 x 10 s one at a time ran 1.037x faster at the full ISA, 1.006x limited to AVX2, batched
+0.998x (``tools/bench_trees.py`` against 60273bc, together with the CTC scorer change before it).
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ __all__ = [
 ]
 
 MIN_WORK = 1 << 21  # rows x in x out; below it oneDNN's per-call overhead outweighs its faster kernel here
-INFERENCE_MIN_WORK = 1 << 20  # the same for products outside autograd, whose weight is packed once
+INFERENCE_MIN_WORK = 1 << 18  # the same outside autograd, whose weight is packed once (a decoder step's 10 x 256 x 256)
 BIG_ROWS = 1024  # onednn_big_inference: products of at least this many rows (a batch's encoder, not a decoder step)
 PACK_ROWS = 64  # the rows oneDNN is told to expect when it lays a weight out (16-1024 measured alike)
 
