@@ -52,6 +52,16 @@ def _logsumexp(s: torch.Tensor) -> torch.Tensor:
     return total.log_().add_(m).masked_fill_(empty, NEG_INF).squeeze(-1)
 
 
+def _shift(a: torch.Tensor, fill: float) -> torch.Tensor:
+    """``a`` (T, ...) one frame later: row t holds row t - 1 of ``a``, row 0 holds ``fill``."""
+    return torch.cat([torch.full_like(a[:1], fill), a[:-1]])
+
+
+def _start(length: int) -> float:
+    """log phi_{-1}: the empty prefix before frame 0 (0 for it, -inf for any longer one)."""
+    return 0.0 if length == 0 else NEG_INF
+
+
 @dataclass
 class CTCPrefixState:
     """CTC state of N hypotheses that all have ``length`` tokens (the search is label-synchronous).
@@ -83,13 +93,14 @@ class CTCPrefixScorer:
         self.x = log_probs.transpose(1, 2).reshape(b * v, t).contiguous()
         xb = log_probs[:, :, blank].t().double().clamp_min(LOG_FLOOR)  # (T, B)
         self.blank_cum = xb.cumsum(0)  # (T, B): log p(all blank up to t)
+        self.blank_cum_before = _shift(self.blank_cum, 0.0)  # (T, B): up to t - 1
         self.pad = torch.arange(t, device=log_probs.device) >= self.lens.unsqueeze(1)  # (B, T) past the end
         self.end = (self.lens - 1).clamp_min(0)  # (B,) each utterance's last frame
 
     def _state(self, r: torch.Tensor, psi, utt, last, length: int) -> CTCPrefixState:
         """The state of hypotheses whose recursions ``r`` (T, 3, N) are done, with what ``score`` reads."""
-        first = 0.0 if length == 0 else NEG_INF  # phi_{-1}: the empty prefix before frame 0
-        shifted = torch.cat([torch.full_like(r[:1, 1:], first), r[:-1, 1:]])  # (T, 2, N): row t holds t - 1
+        first = _start(length)
+        shifted = _shift(r[:, 1:], first)  # (T, 2, N): row t holds frame t - 1
         before = shifted.permute(1, 2, 0).to(self.x.dtype, memory_format=torch.contiguous_format)  # (2, N, T)
         before.masked_fill_(self.pad[utt], NEG_INF)
         full = r[self.end[utt], 2, torch.arange(r.shape[2], device=r.device)]  # log P(h)
@@ -137,16 +148,11 @@ class CTCPrefixScorer:
         x = self.x.index_select(0, flat).t().double().clamp_min(LOG_FLOOR)  # (T, M) log p_t(c)
         # phi_{t-1} (row t): r_b alone when c repeats the parent's last token
         phi = torch.where(tokens == state.last[parent], r[:, 0], r[:, 1])
-        first = 0.0 if state.length == 0 else NEG_INF  # phi_{-1}: the empty prefix before frame 0
-        phi = torch.cat([torch.full_like(phi[:1], first), phi[:-1]])
+        phi = _shift(phi, _start(state.length))
         # r_n_t = sum_{s<=t} phi_{s-1} prod_{u=s..t} p_u(c)
         cum = x.cumsum(0)  # (T, M)
-        cum_before = torch.cat([torch.zeros_like(cum[:1]), cum[:-1]])
-        rn = cum + torch.logcumsumexp(phi - cum_before, 0)
+        rn = cum + torch.logcumsumexp(phi - _shift(cum, 0.0), 0)
         # r_b_t = sum_{1<=s<=t} r_n_{s-1} prod_{u=s..t} p_u(blank)
-        bcum = self.blank_cum[:, utt]
-        bcum_before = torch.cat([torch.zeros_like(bcum[:1]), bcum[:-1]])
-        rn_before = torch.cat([torch.full_like(rn[:1], NEG_INF), rn[:-1]])
-        rb = bcum + torch.logcumsumexp(rn_before - bcum_before, 0)
+        rb = self.blank_cum[:, utt] + torch.logcumsumexp(_shift(rn, NEG_INF) - self.blank_cum_before[:, utt], 0)
         r = torch.stack([rn, rb, torch.logaddexp(rn, rb)], dim=1)
         return self._state(r, psi.double(), utt, tokens, state.length + 1)
