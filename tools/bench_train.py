@@ -8,8 +8,16 @@ One full training step as ``asr train`` takes it (autocast forward, loss, backwa
 clipping, AdamW) on a fixed batch of random fbank features with random token sequences: the data
 pipeline is not measured (tools/bench_data.py does that). Each precision runs in its own process
 so its peak resident memory (CPU) or peak allocated memory (CUDA) is its own. FLOPs per step are
-counted once with ``torch.utils.flop_counter`` (forward + backward, matmuls and attention).
-Prints a table and one JSON line.
+counted once with ``torch.utils.flop_counter`` (forward + backward, matmuls and attention; the
+oneDNN products of ``asr.model.fast`` and in-place products included). Prints a table and one JSON line.
+
+``--split`` (CPU) says how far a step is from its arithmetic: one more step with every ATen op
+timed, the products (matrix products and convolutions) apart from the rest, and forward + backward
+apart from the update (gradient clipping and AdamW); then this CPU's rate on one large product
+(2048 x 2048 x 2048 in the step's precision, best of five), and the floor that rate puts under the
+step's arithmetic. ``--min-seconds`` spreads the batch's durations from ``--seconds`` down to it,
+tokens in proportion (``tools/bench.py``'s training batch and model: ``--vocab 500 --tokens 50
+--min-seconds 8.5 --set model.frontend=conv2d``).
 """
 
 from __future__ import annotations
@@ -24,6 +32,68 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
+PRODUCT_OPS = {"mm", "addmm", "addmm_", "bmm", "baddbmm", "convolution", "convolution_backward", "_linear_pointwise"}
+
+
+def uncounted_product_flops(fn) -> int:
+    """FLOPs in ``fn`` of the products ``torch.utils.flop_counter`` does not count: ``asr.model.fast``'s
+    oneDNN products (x @ w^T, w (N, K)) and in-place ``addmm_`` (a weight gradient summed over chunks)."""
+    import math
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    onednn, addmm_ = torch.ops.mkldnn._linear_pointwise.default, torch.ops.aten.addmm_.default
+    total = 0
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            nonlocal total
+            if func is onednn:
+                total += 2 * math.prod(args[0].shape[:-1]) * args[1].shape[0] * args[1].shape[1]
+            elif func is addmm_:
+                (m, k), n = args[1].shape, args[2].shape[1]
+                total += 2 * m * k * n
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        fn()
+    return total
+
+
+def product_rate(precision: str, n: int = 2048) -> float:
+    """FLOP/s of one n x n x n product in the precision's dtype on this CPU, the best of five."""
+    import torch
+
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    best = float("inf")
+    for _ in range(6):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+def timed_ops(fn) -> dict:
+    """Run ``fn`` with every ATen op timed: seconds in products (PRODUCT_OPS) and in the rest."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    spent = {"products_s": 0.0, "rest_s": 0.0}
+
+    class Timer(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            t0 = time.perf_counter()
+            out = func(*args, **(kwargs or {}))
+            key = "products_s" if func.overloadpacket.__name__ in PRODUCT_OPS else "rest_s"
+            spent[key] += time.perf_counter() - t0
+            return out
+
+    t0 = time.perf_counter()
+    with Timer():
+        fn()
+    return {**spent, "wall_s": time.perf_counter() - t0}
+
 
 def worker(args: argparse.Namespace) -> dict:
     import torch
@@ -36,26 +106,33 @@ def worker(args: argparse.Namespace) -> dict:
     speed.configure_process()  # as the command line does at start-up (heap_reuse)
     device = torch.device(args.device)
     precision = resolve_precision(args.precision, device)
-    cfg = load_config(args.config, [f"model.vocab_size={args.vocab}"])
+    cfg = load_config(args.config, [f"model.vocab_size={args.vocab}", *args.set])
     torch.manual_seed(0)
     model = ASRModel(cfg.model).to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     frames = int(args.seconds * 100)
+    min_frames = int((args.min_seconds or args.seconds) * 100)
     feats = torch.randn(args.batch, frames, cfg.model.input_dim, device=device) * 3 + 10  # (B, T, 80)
-    feat_lens = torch.full((args.batch,), frames, device=device)
+    feat_lens = torch.linspace(frames, min_frames, args.batch, device=device).round().long()  # (B,)
+    token_lens = (feat_lens * args.tokens / frames).round().long()  # (B,)
     tokens = torch.randint(1, args.vocab - 1, (args.batch, args.tokens), device=device)  # (B, U)
-    token_lens = torch.full((args.batch,), args.tokens, device=device)
 
-    def step() -> None:
+    def forward_backward() -> None:
         with autocast(precision, device):
             loss = model(feats, feat_lens, tokens, token_lens)["loss"]
         scaler.scale(loss).backward()
+
+    def update() -> None:
         scaler.unscale_(opt)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
         scaler.step(opt)
         scaler.update()
         opt.zero_grad(set_to_none=True)
+
+    def step() -> None:
+        forward_backward()
+        update()
 
     def sync() -> None:
         if device.type == "cuda":
@@ -64,8 +141,8 @@ def worker(args: argparse.Namespace) -> dict:
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as fc:
-        step()
-    flops = fc.get_total_flops()
+        flops = uncounted_product_flops(step)
+    flops += fc.get_total_flops()
     for _ in range(args.warmup):
         step()
     sync()
@@ -97,21 +174,34 @@ def worker(args: argparse.Namespace) -> dict:
     }
     if args.peak_tflops:
         out["mfu"] = out["achieved_tflops"] / args.peak_tflops
+    if args.split and device.type == "cpu":
+        fb, up = timed_ops(forward_backward), timed_ops(update)
+        rate = product_rate(precision)
+        out["split"] = {
+            "forward_backward": fb,
+            "update": up,
+            "product_tflops": rate / 1e12,
+            "floor_s": flops / rate,
+            "product_rate_in_step_tflops": flops / fb["products_s"] / 1e12,
+        }
     return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default=str(REPO / "configs/librispeech/transformer_100h.yaml"))
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--precision", nargs="+", default=["fp32", "bf16"])
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--seconds", type=float, default=10.0, help="duration of every utterance")
+    p.add_argument("--seconds", type=float, default=10.0, help="duration of every utterance (the longest)")
+    p.add_argument("--min-seconds", type=float, default=0.0, help="the shortest; durations spread evenly between")
     p.add_argument("--tokens", type=int, default=40, help="tokens per utterance (about 10 s of speech, 5000 BPE)")
     p.add_argument("--vocab", type=int, default=5000)
     p.add_argument("--steps", type=int, default=5, help="timed steps (the median is reported)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--peak-tflops", type=float, default=0.0, help="device peak for the precision, for MFU")
+    p.add_argument("--split", action="store_true", help="CPU: time products and the rest; the arithmetic's floor")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -129,8 +219,21 @@ def main() -> None:
             print("bf16 skipped: this CPU has no native bf16 arithmetic (emulated bf16 is many times slower than fp32)")
             continue
         cmd = [sys.executable, __file__, "--worker", "--precision", prec]
-        for k in ("config", "device", "batch", "seconds", "tokens", "vocab", "steps", "warmup", "peak_tflops"):
+        for k in (
+            "config",
+            "device",
+            "batch",
+            "seconds",
+            "min_seconds",
+            "tokens",
+            "vocab",
+            "steps",
+            "warmup",
+            "peak_tflops",
+        ):
             cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
+        cmd += ["--split"] if args.split else []
+        cmd += [f"--set={kv}" for kv in args.set]
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode != 0:
             sys.exit(f"bench_train: {prec} failed:\n{res.stderr[-3000:]}")
@@ -140,7 +243,8 @@ def main() -> None:
     cfg_name = Path(args.config).stem
     if args.device == "cpu":
         print(f"CPU: {info.summary()}")
-    print(f"training step, {cfg_name}, batch {args.batch} x {args.seconds:g} s, {args.tokens} tokens/utt, "
+    durations = f"{args.min_seconds:g}-{args.seconds:g}" if args.min_seconds else f"{args.seconds:g}"
+    print(f"training step, {cfg_name}, batch {args.batch} x {durations} s, {args.tokens} tokens/utt, "
           f"vocab {args.vocab}, {rows[0]['params_m']:.1f} M parameters, {rows[0]['threads']} threads")  # fmt: skip
     head = (
         f"{'precision':<10}{'step s':>9}{'steps/s':>9}{'audio s/s':>11}{'TFLOP/step':>12}{'TFLOP/s':>9}{'peak MB':>10}"
@@ -156,8 +260,27 @@ def main() -> None:
         if args.peak_tflops:
             line += f"{100 * r['mfu']:>7.1f}%"
         print(line)
+    if any("split" in r for r in rows):
+        print_split(rows)
     print(json.dumps({"bench": "train", "config": cfg_name, "batch": args.batch, "seconds": args.seconds,
+                      "min_seconds": args.min_seconds or args.seconds,
                       "cpu": info.to_dict(), "skipped": skipped, "results": rows}))  # fmt: skip
+
+
+def print_split(rows: list[dict]) -> None:
+    """The --split table: a step's ATen ops timed (under the timer, so a little slower than unprofiled)."""
+    print("\none step, every ATen op timed: products (matrix products, convolutions) and the rest, seconds")
+    print(f"{'precision':<10}{'fwd+bwd':>9}{'products':>10}{'rest':>7}{'update':>8}{'GFLOP/s in step':>17}"
+          f"{'large product':>15}{'floor':>7}")  # fmt: skip
+    for r in rows:
+        sp = r["split"]
+        fb = sp["forward_backward"]
+        print(
+            f"{r['precision']:<10}{fb['wall_s']:>9.3f}{fb['products_s']:>10.3f}{fb['rest_s']:>7.3f}"
+            f"{sp['update']['wall_s']:>8.3f}{1000 * sp['product_rate_in_step_tflops']:>17.0f}"
+            f"{1000 * sp['product_tflops']:>15.0f}{sp['floor_s']:>7.3f}"
+        )
+    print("floor: the step's counted arithmetic at the large product's rate")
 
 
 if __name__ == "__main__":
