@@ -35,29 +35,42 @@ REPO = Path(__file__).resolve().parents[1]
 PRODUCT_OPS = {"mm", "addmm", "addmm_", "bmm", "baddbmm", "convolution", "convolution_backward", "_linear_pointwise"}
 
 
+def each_op(fn, visit) -> float:
+    """Run ``fn`` calling ``visit(func, args, seconds)`` after each of its ATen ops; ``fn``'s wall seconds."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Hook(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            t0 = time.perf_counter()
+            out = func(*args, **(kwargs or {}))
+            visit(func, args, time.perf_counter() - t0)
+            return out
+
+    t0 = time.perf_counter()
+    with Hook():
+        fn()
+    return time.perf_counter() - t0
+
+
 def uncounted_product_flops(fn) -> int:
     """FLOPs in ``fn`` of the products ``torch.utils.flop_counter`` does not count: ``asr.model.fast``'s
     oneDNN products (x @ w^T, w (N, K)) and in-place ``addmm_`` (a weight gradient summed over chunks)."""
     import math
 
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     onednn, addmm_ = torch.ops.mkldnn._linear_pointwise.default, torch.ops.aten.addmm_.default
     total = 0
 
-    class Count(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            nonlocal total
-            if func is onednn:
-                total += 2 * math.prod(args[0].shape[:-1]) * args[1].shape[0] * args[1].shape[1]
-            elif func is addmm_:
-                (m, k), n = args[1].shape, args[2].shape[1]
-                total += 2 * m * k * n
-            return func(*args, **(kwargs or {}))
+    def count(func, args, seconds) -> None:
+        nonlocal total
+        if func is onednn:
+            total += 2 * math.prod(args[0].shape[:-1]) * args[1].shape[0] * args[1].shape[1]
+        elif func is addmm_:
+            (m, k), n = args[1].shape, args[2].shape[1]
+            total += 2 * m * k * n
 
-    with Count():
-        fn()
+    each_op(fn, count)
     return total
 
 
@@ -78,22 +91,13 @@ def product_rate(precision: str, n: int = 2048) -> float:
 
 def timed_ops(fn) -> dict:
     """Run ``fn`` with every ATen op timed: seconds in products (PRODUCT_OPS) and in the rest."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     spent = {"products_s": 0.0, "rest_s": 0.0}
 
-    class Timer(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            t0 = time.perf_counter()
-            out = func(*args, **(kwargs or {}))
-            key = "products_s" if func.overloadpacket.__name__ in PRODUCT_OPS else "rest_s"
-            spent[key] += time.perf_counter() - t0
-            return out
+    def add(func, args, seconds) -> None:
+        spent["products_s" if func.overloadpacket.__name__ in PRODUCT_OPS else "rest_s"] += seconds
 
-    t0 = time.perf_counter()
-    with Timer():
-        fn()
-    return {**spent, "wall_s": time.perf_counter() - t0}
+    wall = each_op(fn, add)
+    return {**spent, "wall_s": wall}
 
 
 def worker(args: argparse.Namespace) -> dict:
