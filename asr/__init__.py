@@ -1,11 +1,11 @@
 """asr: a small, correct and fast attention encoder-decoder speech recogniser."""
 
-from .audio import AudioError, fbank, load_audio
-from .checkpoint import load_model
+from asr.features.audio import AudioError, fbank, load_audio
+from asr.inference.recognizer import load_model
 
-# The function shadows its module, as in openai/whisper: `asr.transcribe(...)` is the function,
-# `from asr.transcribe import Transcriber` still reaches the module. Both import search code lazily.
-from .transcribe import transcribe
+# As in openai/whisper, `asr.transcribe(...)` is the function; the module is asr.inference.transcribe.
+# Both import search code lazily.
+from asr.inference.transcribe import transcribe
 
 __version__ = "0.1.0"
 

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config_io import ConfigError, apply_overrides, build_config, read_config_file, save_config
+from asr.config_io import ConfigError, apply_overrides, build_config, read_config_file, save_config
 
 __all__ = [
     "ConfigError",
@@ -147,7 +147,7 @@ class DataConfig:
     sample_rate: int = 16000
     num_mel_bins: int = 80
     features: str = "kaldi"  # "kaldi" (Kaldi fbank, 25/10 ms) or "espnet" (ESPnet's default frontend: STFT power
-    # spectrum, librosa's Slaney mel filterbank, natural log; asr.features_espnet)
+    # spectrum, librosa's Slaney mel filterbank, natural log; asr.features.espnet)
     n_fft: int = 512  # features "espnet" only: FFT size, window and hop in samples
     win_length: int = 400
     hop_length: int = 160

@@ -126,6 +126,6 @@ def build_config(cls: type, data: dict[str, Any], path: str | os.PathLike | None
 
 def save_config(cfg, path: str | os.PathLike) -> None:
     """Write a resolved configuration (anything with ``to_dict``) as YAML, atomically."""
-    from .atomic import atomic_write_text
+    from asr.atomic import atomic_write_text
 
     atomic_write_text(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False))

@@ -119,7 +119,7 @@ def resolve_precision(precision: str, device: torch.device | str, key: str = "tr
     """The precision to run: ``auto`` resolved for ``device`` (table above), logged with the reason.
 
     ``key`` names the setting in messages (``train.precision``, ``--precision``)."""
-    from .config import PRECISIONS, ConfigError
+    from asr.config import PRECISIONS, ConfigError
 
     device = torch.device(device)
     if precision not in PRECISIONS:

@@ -307,7 +307,7 @@ def score(
 
     ``normalizer``: an ``asr.text`` normaliser name applied to both sides (None: whitespace only).
     """
-    from .text import normalize
+    from asr.text import normalize
 
     def norm(t: str) -> str:
         return normalize(t, normalizer) if normalizer else " ".join(t.split())

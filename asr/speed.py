@@ -87,7 +87,7 @@ import logging
 import os
 from collections.abc import Iterator
 
-from .hardware import CpuInfo, cpu_info
+from asr.hardware import CpuInfo, cpu_info
 
 log = logging.getLogger(__name__)
 

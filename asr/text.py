@@ -18,7 +18,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from .atomic import atomic_write
+from asr.atomic import atomic_write
 
 __all__ = [
     "NORMALIZERS",

@@ -1,6 +1,6 @@
 """What ``asr`` computes on an imported ESPnet fixture model, beside what ESPnet computed (the fixture).
 
-Shared by tests/test_espnet_import.py and tools/espnet_fixtures.py --check. Needs only ``asr``:
+Shared by tests/test_espnet_import.py and tests/make_espnet_fixtures.py --check. Needs only ``asr``:
 ESPnet's outputs come from the fixture files (tests/fixtures/espnet/<model>/espnet_outputs.*),
 written by ESPnet's own code.
 """
@@ -68,7 +68,7 @@ def build(model_dir: Path, padding: str = "exact"):
 
 
 def features(cfg, wavs: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    from asr.features_espnet import espnet_log_mel
+    from asr.features.espnet import espnet_log_mel
 
     d = cfg.data
     return espnet_log_mel(wavs, lens, d.sample_rate, d.n_fft, d.win_length, d.hop_length, d.num_mel_bins)
@@ -94,7 +94,7 @@ def forward_maxima(model_dir: Path, root: Path) -> dict[str, float]:
         # fp32 cannot resolve a band's power far below its frame's loudest band, and there the fixture keeps
         # the rounding of the CPU it was made on: ESPnet itself, run again on another CPU, lands as far from
         # its own fixture as we do (3.5e-4 on an AMD EPYC against an Intel Xeon's fixture,
-        # `tools/espnet_fixtures.py --check`). So: within DEEP nats of the frame's peak, and below it.
+        # `tests/make_espnet_fixtures.py --check`). So: within DEEP nats of the frame's peak, and below it.
         real = (torch.arange(feats.shape[1]) < feat_lens.unsqueeze(1)).unsqueeze(2)  # (B, T, 1)
         near = ref["feats"] >= ref["feats"].amax(-1, keepdim=True) - DEEP
         diff = (feats - ref["feats"]).abs()

@@ -63,7 +63,7 @@ def trained_tiny_model(vocab: int = 12, steps: int = 120, seed: int = 0) -> tupl
 
 def librispeech_records(data_root: Path) -> list[dict]:
     """Manifest records (id, audio, duration, text) of the LibriSpeech utterances in the test data."""
-    from asr.audio import audio_duration
+    from asr.features.audio import audio_duration
 
     records = []
     for trans in sorted((data_root / "LibriSpeech").rglob("*.trans.txt")):

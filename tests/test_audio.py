@@ -7,7 +7,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from asr.audio import AudioError, audio_duration, fbank, load_audio, num_frames, speed_perturb
+from asr.features.audio import AudioError, audio_duration, fbank, load_audio, num_frames, speed_perturb
 
 
 def _first(root, pattern):

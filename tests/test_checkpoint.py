@@ -9,19 +9,18 @@ import numpy as np
 import pytest
 import torch
 
-from asr.checkpoint import (
-    atomic_save,
+from asr.checkpoint import atomic_save, safe_load
+from asr.config import load_config, save_config
+from asr.inference import load_model
+from asr.training.checkpoints import (
     average_checkpoints,
     average_state_dicts,
     checkpoint_path,
     list_checkpoints,
     load_latest_checkpoint,
-    load_model,
     prune_checkpoints,
-    safe_load,
 )
-from asr.config import load_config, save_config
-from asr.train import rng_state, set_rng_state
+from asr.training.train import rng_state, set_rng_state
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -12,15 +12,15 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader
 
-from asr.audio import fbank, fbank_batch, load_audio
 from asr.cli import main
 from asr.config import ConfigError, DataConfig, ModelConfig, NoiseConfig, SpecAugmentConfig
+from asr.corpora.librispeech import prepare_librispeech
 from asr.data.augment import add_noise, augment, freq_warp, spec_augment, tempo_perturb
 from asr.data.cmvn import CMVNStats, compute_cmvn_stats
 from asr.data.dataset import ASRDataset, DataError, check_skip_ratio, collate
 from asr.data.filtering import ctc_min_frames, filter_records
-from asr.data.librispeech import prepare_librispeech
 from asr.data.manifest import read_manifest, write_manifest
+from asr.features.audio import fbank, fbank_batch, load_audio
 from asr.model import ASRModel
 from asr.text import Tokenizer, normalize
 

@@ -1,7 +1,7 @@
 """``asr import espnet``: the imported model computes what ESPnet computes (fixtures ESPnet itself wrote).
 
 The fixtures under tests/fixtures/espnet/ are small ESPnet models in ESPnet's on-disk layout and
-ESPnet's outputs on real LibriSpeech utterances (tools/espnet_fixtures.py, run with ESPnet
+ESPnet's outputs on real LibriSpeech utterances (tests/make_espnet_fixtures.py, run with ESPnet
 installed, writes and re-checks them); ESPnet is not needed here. Real audio comes from
 ../shared/data (or $ASR_TEST_DATA): those tests skip without it.
 """
@@ -83,7 +83,7 @@ def test_search_matches_speech2text(beam, data_root):
 
 
 def test_transcribe_gives_speech2texts_text(tmp_path, data_root):
-    """End to end through ``asr.transcribe`` (audio file, features from the config, tokenizer): the
+    """End to end through ``asr.inference.transcribe`` (audio file, features from the config, tokenizer): the
     imported model writes what ESPnet's Speech2Text wrote for each utterance (beam 10, CTC 0.3)."""
     import asr
 
@@ -152,8 +152,8 @@ def test_tokenizer_gives_espnets_ids(tmp_path):
 
 
 def test_cli_import_makes_a_model_directory(tmp_path):
-    from asr.checkpoint import load_model
     from asr.cli import main
+    from asr.inference import load_model
 
     out = tmp_path / "model"
     assert main(["import", "espnet", str(FIXTURES / "small_100h"), "--out", str(out)]) == 0
@@ -164,8 +164,8 @@ def test_cli_import_makes_a_model_directory(tmp_path):
 def test_asr_average_takes_imported_model_directories(tmp_path):
     """`asr average --models` averages model directories of one architecture (imported ones too):
     a model with itself gives its own weights; another architecture is refused by key."""
-    from asr.checkpoint import load_model
     from asr.cli import main
+    from asr.inference import load_model
 
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     for out, fixture in ((a, "small_100h"), (b, "small_100h"), (c, "small_960h")):
@@ -293,7 +293,7 @@ def test_espnet_lengths_count_frames_that_read_padding():
 def test_espnet_features_through_compute_features():
     from asr.config import DataConfig
     from asr.features import compute_features
-    from asr.features_espnet import espnet_log_mel
+    from asr.features.espnet import espnet_log_mel
 
     wav = torch.randn(16000) * 0.1
     cfg = DataConfig(features="espnet", n_fft=512, win_length=400, hop_length=160)

@@ -1,7 +1,7 @@
 """ESPnet's language models imported (``asr import espnet --lm``): equal to ESPnet's own outputs.
 
 The fixtures (tests/fixtures/espnet_lm/<name>/) were written by ESPnet 202511's own code
-(tools/espnet_lm_fixtures.py): a small TransformerLM and SequentialRNNLM trained briefly on the
+(tests/make_espnet_lm_fixtures.py): a small TransformerLM and SequentialRNNLM trained briefly on the
 shared LibriSpeech transcripts, their log-probabilities (full forward and step by step), and
 Speech2Text's best hypotheses with the trained_100h ASR fixture and the Transformer LM at
 lm_weight 0.6 (beam 10, CTC weight 0.3). This test needs only ``asr``.

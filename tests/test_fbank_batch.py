@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from asr.audio import AudioError, fbank, fbank_batch, load_audio, num_frames
+from asr.features.audio import AudioError, fbank, fbank_batch, load_audio, num_frames
 
 
 def _max_mean(a: list[torch.Tensor], b: list[torch.Tensor]) -> tuple[float, float]:

@@ -10,8 +10,8 @@ import pytest
 import soundfile as sf
 
 from asr.cli import main
-from asr.data.download import ChecksumError, read_sha256sums, sha256sum
-from asr.data.fsdd import BUNDLED_FSDD, fsdd_speakers, verify_fsdd
+from asr.corpora.download import ChecksumError, read_sha256sums, sha256sum
+from asr.corpora.fsdd import BUNDLED_FSDD, fsdd_speakers, verify_fsdd
 
 SPEAKERS = ["george", "jackson", "lucas", "nicolas", "yweweler"]
 

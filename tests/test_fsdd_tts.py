@@ -1,4 +1,4 @@
-"""Synthetic FSDD speakers (asr.data.fsdd_tts, espeak-ng) and their place in asr prepare fsdd."""
+"""Synthetic FSDD speakers (asr.corpora.fsdd_tts, espeak-ng) and their place in asr prepare fsdd."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 import soundfile as sf
 
 from asr.cli import main
-from asr.data.fsdd import BUNDLED_FSDD, FsddOptions, prepare_fsdd
-from asr.data.fsdd_tts import TtsOptions, synthesize_voices
-from asr.data.librispeech import PrepareError
+from asr.corpora.fsdd import BUNDLED_FSDD, FsddOptions, prepare_fsdd
+from asr.corpora.fsdd_tts import TtsOptions, synthesize_voices
+from asr.corpora.librispeech import PrepareError
 from asr.data.manifest import read_manifest
 
 SMALL = dict(num_train=40, num_dev=6, num_test=6)

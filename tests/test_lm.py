@@ -18,11 +18,12 @@ import yaml
 from helpers_decode import librispeech_records, make_model_dir
 from test_prepare import http_server  # noqa: F401 (a fixture: the local HTTP server with Range support)
 
-from asr.checkpoint import load_model, safe_load
+from asr.checkpoint import safe_load
 from asr.config import ConfigError
+from asr.inference import load_model
 from asr.lm import load_lm, load_lm_config
 from asr.lm.task import LMTask
-from asr.train import LOG_FILE, train
+from asr.training.train import LOG_FILE, train
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL_LM = {
@@ -178,8 +179,8 @@ def test_lm_corpus_download_resumes_and_checks_md5(tmp_path, http_server):  # no
     import hashlib
 
     from asr.cli import main
-    from asr.data.download import DownloadError
-    from asr.data.librispeech import LM_TEXT, LM_TEXT_MD5, download_librispeech_lm
+    from asr.corpora.download import DownloadError
+    from asr.corpora.librispeech import LM_TEXT, LM_TEXT_MD5, download_librispeech_lm
 
     state, url = http_server
     body = gzip.compress("".join(f"SENTENCE NUMBER {i} OF THE BOOK\n" for i in range(5000)).encode())

@@ -21,16 +21,16 @@ from pathlib import Path
 import pytest
 from helpers_decode import librispeech_records
 
-from asr.checkpoint import load_model
 from asr.config import TrainConfig, load_config
 from asr.data.dataset import ASRDataset, collate
 from asr.data.manifest import write_manifest
+from asr.inference import load_model
 from asr.lm import LMConfig, LMDataConfig, LMExperimentConfig, load_lm
 from asr.lm.evaluate import perplexity
 from asr.lm.task import LMTask
 from asr.text import Tokenizer, normalize
-from asr.train import train
-from asr.validate import word_errors
+from asr.training.train import train
+from asr.training.validate import word_errors
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,10 +9,10 @@ import pytest
 import soundfile as sf
 import torch
 
-from asr.audio import fbank, load_audio
 from asr.config import load_config
 from asr.data.cmvn import CMVNStats
 from asr.decode import greedy_search
+from asr.features.audio import fbank, load_audio
 from asr.model import ASRModel
 
 REPO = Path(__file__).resolve().parents[1]

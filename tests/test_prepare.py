@@ -20,10 +20,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from asr.audio import load_audio
 from asr.cli import main
-from asr.data.download import ChecksumError, DownloadError, FetchError, download
-from asr.data.fsdd import (
+from asr.corpora.download import ChecksumError, DownloadError, FetchError, download
+from asr.corpora.fsdd import (
     BUNDLED_FSDD,
     DIGIT_WORDS,
     FSDD_COMMIT,
@@ -33,9 +32,10 @@ from asr.data.fsdd import (
     prepare_fsdd,
     verify_fsdd,
 )
-from asr.data.kaldi import prepare_kaldi
-from asr.data.librispeech import PrepareError, download_librispeech, prepare_librispeech
+from asr.corpora.kaldi import prepare_kaldi
+from asr.corpora.librispeech import PrepareError, download_librispeech, prepare_librispeech
 from asr.data.manifest import read_manifest
+from asr.features.audio import load_audio
 
 # ------------------------------------------------------------------------------------- local HTTP server
 
@@ -408,7 +408,7 @@ def test_fsdd_bundled_corpus(tmp_path) -> None:
 
 
 def test_trim_weak_edges_cuts_only_frames_below_the_threshold() -> None:
-    from asr.data.fsdd import _trim_weak_edges
+    from asr.corpora.fsdd import _trim_weak_edges
 
     frame = 80  # 10 ms at 8 kHz
     rng = np.random.default_rng(0)
@@ -530,7 +530,7 @@ def test_fsdd_download_pins_a_commit_and_checks_every_recording(tmp_path, http_s
     state, url = http_server
     sums, archive_sha = _fsdd_archive(state, tmp_path)
     corpus = tmp_path / "corpus"
-    with caplog.at_level(logging.INFO, logger="asr.data.fsdd_corpus"):
+    with caplog.at_level(logging.INFO, logger="asr.corpora.fsdd_corpus"):
         rec = download_fsdd(corpus, url + f"{FSDD_COMMIT}.zip", archive_sha, upstream_sums=sums, progress=False)
     assert "60 recording(s) of speaker(s) without checksums (theo) left out" in caplog.text
     assert rec == corpus / "free-spoken-digit-dataset" / "recordings"
@@ -573,7 +573,7 @@ def test_fsdd_download_offline_names_corpus_dir(tmp_path, capsys, monkeypatch) -
     with socket.socket() as s:  # a port nothing listens on: what an offline machine sees
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    monkeypatch.setattr("asr.data.download.time.sleep", lambda _s: None)
+    monkeypatch.setattr("asr.corpora.download.time.sleep", lambda _s: None)
     url = f"http://127.0.0.1:{port}/{FSDD_COMMIT}.zip"
     with pytest.raises(FetchError, match=r"(?s)download failed.*bundled in .*corpus/fsdd.*--corpus-dir DIR"):
         download_fsdd(tmp_path / "corpus", url, progress=False, retries=0)

@@ -20,11 +20,13 @@ import torch
 import yaml
 
 from asr import speed
-from asr.checkpoint import list_checkpoints, load_model, safe_load
+from asr.checkpoint import safe_load
 from asr.config import ConfigError, TrainConfig, load_config
-from asr.optim import lr_factor
-from asr.train import LOG_FILE, TrainingAborted, train
-from asr.validate import word_errors
+from asr.inference import load_model
+from asr.training.checkpoints import list_checkpoints
+from asr.training.optim import lr_factor
+from asr.training.train import LOG_FILE, TrainingAborted, train
+from asr.training.validate import word_errors
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_MODEL = {"d_model": 96, "heads": 4, "ffn_dim": 384, "encoder_layers": 3, "decoder_layers": 2}
@@ -60,7 +62,7 @@ def test_word_errors():
 @pytest.fixture(scope="module")
 def corpus(data_root, tmp_path_factory) -> dict[str, Path]:
     """Manifests of the 20 shortest LibriSpeech utterances (and the 8 shortest) + a char tokenizer."""
-    from asr.data.librispeech import prepare_librispeech
+    from asr.corpora.librispeech import prepare_librispeech
     from asr.data.manifest import read_manifest, write_manifest
     from asr.text import Tokenizer, normalize
 
@@ -227,7 +229,7 @@ def test_train_leaves_only_the_process_group_it_joined(corpus, tmp_path, monkeyp
     run): train() destroys the group it created, and leaves alone one its caller created."""
     import torch.distributed as dist
 
-    import asr.train as T
+    import asr.training.train as T
 
     store = dist.FileStore(str(tmp_path / "store"), 1)
 
@@ -371,7 +373,7 @@ def test_unreadable_files_counted_and_limit_enforced(corpus, tmp_path):
 
 
 def test_plot_writes_png_or_says_what_is_missing(corpus, tmp_path):
-    from asr.plot import plot_run
+    from asr.training.plot import plot_run
 
     cfg_path = write_config(tmp_path / "c.yaml", corpus, "short4", dev="short4", train={"epochs": 1})
     train(load_config(cfg_path), tmp_path / "exp")
@@ -388,10 +390,10 @@ def test_plot_writes_png_or_says_what_is_missing(corpus, tmp_path):
 def test_resume_names_the_first_tensor_that_does_not_fit(tmp_path):
     """A checkpoint whose tensors do not match the model of the config is a clear error naming the
     tensor and both shapes (conv_channels and conv_stack are checked by name too)."""
-    from asr.checkpoint import SHAPE_KEYS
     from asr.checkpoint import check_state_fits as _check_same_shapes
     from asr.config import ModelConfig
     from asr.model import ASRModel
+    from asr.training.checkpoints import SHAPE_KEYS
 
     assert {"conv_channels", "conv_stack"} <= set(SHAPE_KEYS)
     cfg = dict(input_dim=40, d_model=32, heads=2, ffn_dim=64, encoder_layers=1, decoder_layers=1, vocab_size=8,

@@ -12,13 +12,13 @@ import torch
 from helpers_decode import librispeech_records, make_model_dir
 
 import asr
-from asr.audio import fbank_batch, load_audio
 from asr.cli import main
 from asr.config import ConfigError, DecodeConfig
 from asr.decode import recognize
-from asr.transcribe import Transcriber, find_cut, to_srt, to_vtt
+from asr.features.audio import fbank_batch, load_audio
+from asr.inference.transcribe import Transcriber, find_cut, to_srt, to_vtt
 
-tmod = importlib.import_module("asr.transcribe")  # the module; `asr.transcribe` is the function
+tmod = importlib.import_module("asr.inference.transcribe")  # the module; `asr.inference.transcribe` is the function
 CTC = DecodeConfig(mode="ctc_greedy")
 
 
@@ -205,8 +205,8 @@ def test_cli_decode_then_score(model_dir, data_root, tmp_path, capsys):
 
 def test_cli_decode_at_a_speed(model_dir, recognizer, data_root, tmp_path, capsys):
     """`asr decode --speed F` plays every utterance F times faster: the features of the resampled audio."""
-    from asr.audio import speed_perturb
     from asr.data.dataset import ASRDataset
+    from asr.features.audio import speed_perturb
 
     rec = librispeech_records(data_root)[0]
     sr = recognizer.config.data.sample_rate
@@ -231,7 +231,7 @@ def test_cli_decode_at_a_speed(model_dir, recognizer, data_root, tmp_path, capsy
         ids = recognizer.model.ctc_log_probs(mem)[0].argmax(-1).unique_consecutive()
     assert texts["1.25"] == recognizer.text([i for i in ids.tolist() if i != 0])
     # decode.speed is the model's setting: asr transcribe plays the file at it too (and --speed overrides it)
-    from asr.transcribe import Transcriber
+    from asr.inference.transcribe import Transcriber
 
     fast = recognizer.config.decode.updated(mode="ctc_greedy", speed=1.25)
     assert Transcriber(recognizer, fast).transcribe_file(rec["audio"]).text == texts["1.25"]
@@ -245,8 +245,8 @@ def test_cli_decode_at_a_speed(model_dir, recognizer, data_root, tmp_path, capsy
 def test_cli_decode_and_transcribe_at_several_speeds(model_dir, recognizer, data_root, tmp_path, capsys):
     """`--speeds` (decode.speeds): one test-time ensemble of the audio at each speed, by asr decode and
     asr transcribe alike; a single --speed replaces it."""
-    from asr.audio import speed_perturb
     from asr.data.dataset import collate
+    from asr.features.audio import speed_perturb
 
     recs = sorted(librispeech_records(data_root), key=lambda r: r["duration"])[:3]
     manifest, hyp = tmp_path / "m.jsonl", tmp_path / "hyp.jsonl"

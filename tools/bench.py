@@ -163,7 +163,7 @@ def worker_features(threads: int, reps: int) -> dict:
     _set_threads(threads)
     import kaldi_native_fbank as knf
 
-    from asr.audio import fbank, fbank_batch, load_audio
+    from asr.features.audio import fbank, fbank_batch, load_audio
 
     sys.path.insert(0, str(REPO / "tests"))
     from conftest import find_data_root
@@ -311,9 +311,9 @@ def worker_bf16_decode(threads: int, model_dir: str, manifest: str, batch: int =
     import torch
 
     _set_threads(threads)
-    from asr.audio import load_audio
-    from asr.checkpoint import load_model
     from asr.data.manifest import read_manifest
+    from asr.features.audio import load_audio
+    from asr.inference import load_model
     from asr.scoring import edit_distance
     from asr.text import normalize
 

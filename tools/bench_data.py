@@ -29,11 +29,11 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from asr.audio import fbank_batch, load_audio, speed_perturb  # noqa: E402
 from asr.config import DataConfig  # noqa: E402
+from asr.corpora.librispeech import SUBSETS, find_subset, prepare_librispeech  # noqa: E402
 from asr.data.dataset import ASRDataset, collate  # noqa: E402
-from asr.data.librispeech import SUBSETS, find_subset, prepare_librispeech  # noqa: E402
 from asr.data.manifest import read_manifest  # noqa: E402
+from asr.features.audio import fbank_batch, load_audio, speed_perturb  # noqa: E402
 from asr.hardware import cpu_info  # noqa: E402
 from asr.text import Tokenizer, normalize  # noqa: E402
 

@@ -46,13 +46,13 @@ def main() -> int:
     from espnet2.bin.asr_inference import Speech2Text
     from espnet_fixtures import data_root, librispeech_utterances, read_wav
 
-    from asr.checkpoint import load_model
     from asr.config import DecodeConfig
     from asr.data.dataset import collate
     from asr.decode import recognize
     from asr.features import compute_features
     from asr.importers import import_espnet
     from asr.importers.espnet import find_espnet_files
+    from asr.inference import load_model
 
     root = data_root()
     utts = librispeech_utterances(root)[: args.utts]

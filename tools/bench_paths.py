@@ -98,7 +98,7 @@ def decoding(utts: int, frames: int, vocab: int, tokens: int, batch: int = 0,
 def fbank_work(data: Path):
     import soundfile as sf
 
-    from asr.audio import fbank_batch
+    from asr.features.audio import fbank_batch
 
     files = sorted((data / "LibriSpeech").rglob("*.flac"))
     if not files:

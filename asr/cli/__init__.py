@@ -12,8 +12,8 @@ import logging
 import os
 import sys
 
-from .. import __version__, speed
-from .data import (
+from asr import __version__, speed
+from asr.cli.data import (
     add_cmvn,
     add_download,
     add_prepare,
@@ -25,10 +25,19 @@ from .data import (
     run_pseudo_label,
     run_tokenizer,
 )
-from .decoding import add_decode, add_score, add_transcribe, run_decode, run_score, run_transcribe
-from .lm import add_lm, run_lm
-from .models import add_import, run_import
-from .training import add_average, add_info, add_plot, add_train, run_average, run_info, run_plot, run_train
+from asr.cli.decoding import (
+    add_decode,
+    add_results,
+    add_score,
+    add_transcribe,
+    run_decode,
+    run_results,
+    run_score,
+    run_transcribe,
+)
+from asr.cli.lm import add_lm, run_lm
+from asr.cli.models import add_import, run_import
+from asr.cli.training import add_average, add_info, add_plot, add_train, run_average, run_info, run_plot, run_train
 
 COMMANDS = [
     ("info", add_info, run_info),
@@ -42,6 +51,7 @@ COMMANDS = [
     ("decode", add_decode, run_decode),
     ("transcribe", add_transcribe, run_transcribe),
     ("score", add_score, run_score),
+    ("results", add_results, run_results),
     ("pseudo-label", add_pseudo_label, run_pseudo_label),
     ("import", add_import, run_import),
     ("lm", add_lm, run_lm),

@@ -31,11 +31,11 @@ def add_download(sub: argparse._SubParsersAction) -> None:
 
 
 def run_download(args: argparse.Namespace) -> int:
-    from ..data.download import DownloadError
+    from asr.corpora.download import DownloadError
 
     try:
         if args.corpus == "librispeech":
-            from ..data.librispeech import OPENSLR_URL, download_librispeech
+            from asr.corpora.librispeech import OPENSLR_URL, download_librispeech
 
             dirs = download_librispeech(
                 args.corpus_dir, args.subsets, args.mirror or OPENSLR_URL, keep_archives=args.keep_archives
@@ -43,11 +43,11 @@ def run_download(args: argparse.Namespace) -> int:
             for d in dirs:
                 print(d)
         elif args.corpus == "librispeech-lm":
-            from ..data.librispeech import OPENSLR_LM_URL, download_librispeech_lm
+            from asr.corpora.librispeech import OPENSLR_LM_URL, download_librispeech_lm
 
             print(download_librispeech_lm(args.corpus_dir, args.mirror or OPENSLR_LM_URL, md5=args.md5))
         else:
-            from ..data.fsdd_corpus import FSDD_URL, download_fsdd, verify_fsdd
+            from asr.corpora.fsdd_corpus import FSDD_URL, download_fsdd, verify_fsdd
 
             if not args.no_fetch:
                 download_fsdd(args.corpus_dir, args.url or FSDD_URL, args.sha256)
@@ -110,11 +110,11 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    from ..data.download import DownloadError
+    from asr.corpora.download import DownloadError
 
     try:
         if args.corpus == "librispeech":
-            from ..data.librispeech import OPENSLR_URL, download_librispeech, prepare_librispeech
+            from asr.corpora.librispeech import OPENSLR_URL, download_librispeech, prepare_librispeech
 
             if args.download:
                 download_librispeech(args.corpus_dir, args.subsets, args.mirror or OPENSLR_URL,
@@ -126,14 +126,14 @@ def run_prepare(args: argparse.Namespace) -> int:
                       f"{len(r.text_without_audio)} transcript lines without audio, {len(r.audio_without_text)} "
                       f"audio files without transcript, {len(r.unreadable)} unreadable")
         elif args.corpus == "kaldi":
-            from ..data.kaldi import prepare_kaldi
+            from asr.corpora.kaldi import prepare_kaldi
 
             r = prepare_kaldi(args.data_dir, args.out, strict=args.strict, num_workers=args.num_workers)
             print(f"{args.out}: {len(r.records)} utterances; {len(r.text_without_audio)} without audio, "
                   f"{len(r.audio_without_text)} without text, {len(r.unreadable)} unreadable")
         else:
-            from ..data.fsdd import FsddOptions, check_options, download_fsdd, prepare_fsdd
-            from ..data.librispeech import PrepareError
+            from asr.corpora.fsdd import FsddOptions, check_options, download_fsdd, prepare_fsdd
+            from asr.corpora.librispeech import PrepareError
 
             if args.download:
                 download_fsdd(args.corpus_dir)
@@ -143,7 +143,7 @@ def run_prepare(args: argparse.Namespace) -> int:
                                trim_db=tuple(args.trim_db), tts_share=args.tts_share)
             check_options(opts, args.tts_dir)  # before the voices are rendered
             if args.tts_voices > 0:
-                from ..data.fsdd_tts import TtsOptions, synthesize_voices
+                from asr.corpora.fsdd_tts import TtsOptions, synthesize_voices
 
                 if not args.tts_dir:
                     raise PrepareError("--tts-voices: name the folder to synthesise them into (--tts-dir)")
@@ -169,8 +169,8 @@ def add_tokenizer(sub: argparse._SubParsersAction) -> None:
 
 
 def run_tokenizer(args: argparse.Namespace) -> int:
-    from ..data.manifest import read_manifest
-    from ..text import Tokenizer, normalize
+    from asr.data.manifest import read_manifest
+    from asr.text import Tokenizer, normalize
 
     texts = [normalize(r["text"], args.normalizer) for m in args.manifest for r in read_manifest(m, check_audio=False)]
     tok = Tokenizer.train(texts, args.out, args.vocab_size, args.model_type)
@@ -188,9 +188,9 @@ def add_cmvn(sub: argparse._SubParsersAction) -> None:
 
 
 def run_cmvn(args: argparse.Namespace) -> int:
-    from ..config import DataConfig, load_config
-    from ..data.cmvn import compute_cmvn_stats
-    from ..data.manifest import read_manifest
+    from asr.config import DataConfig, load_config
+    from asr.data.cmvn import compute_cmvn_stats
+    from asr.data.manifest import read_manifest
 
     data_cfg = load_config(args.config).data if args.config else DataConfig()
     records = read_manifest(args.manifest)
@@ -210,7 +210,7 @@ def add_pseudo_label(sub: argparse._SubParsersAction) -> None:
 
 
 def run_pseudo_label(args: argparse.Namespace) -> int:
-    from ..data.pseudo_label import pseudo_label
+    from asr.data.pseudo_label import pseudo_label
 
     stats = pseudo_label(args.manifest, args.hyp, args.out)
     print(f"{args.out}: {stats.written} utterances with their hypotheses as transcripts; left out: "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def _decode_settings(args: argparse.Namespace, base):
@@ -20,7 +21,7 @@ def _decode_settings(args: argparse.Namespace, base):
 
 def _load(args: argparse.Namespace):
     """The recogniser of ``--model`` with ``--lm`` (or the model directory's default ``decode.lm``)."""
-    from ..checkpoint import load_model
+    from asr.inference import load_model
 
     rec = load_model(args.model, args.device)
     if args.lm:
@@ -83,8 +84,8 @@ def _speeds(text: str) -> list[float]:
 
 
 def run_decode(args: argparse.Namespace) -> int:
-    from ..data.manifest import read_manifest
-    from ..decode_manifest import decode_manifest
+    from asr.data.manifest import read_manifest
+    from asr.inference.decode_manifest import decode_manifest
 
     rec, cfg = _load(args)
     records = read_manifest(args.manifest)  # played at decode.speed, or at each of decode.speeds
@@ -107,7 +108,6 @@ def _write_decode_settings(args: argparse.Namespace, cfg: object, stats: object)
     manifest, the effective search settings (config defaults with the command line applied), counts."""
     import dataclasses
     import json
-    from pathlib import Path
 
     import torch
 
@@ -139,10 +139,10 @@ def add_transcribe(sub: argparse._SubParsersAction) -> None:
 
 
 def run_transcribe(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
-    from ..audio import AudioError
-    from ..transcribe import Transcriber, to_json, to_srt, to_vtt
+
+    from asr.features.audio import AudioError
+    from asr.inference.transcribe import Transcriber, to_json, to_srt, to_vtt
 
     rec, cfg = _load(args)
     tr = Transcriber(rec, cfg, window=args.window, batch_size=args.batch_size)
@@ -188,9 +188,8 @@ def add_score(sub: argparse._SubParsersAction) -> None:
 
 def run_score(args: argparse.Namespace) -> int:
     import json
-    from pathlib import Path
 
-    from ..scoring import read_transcripts, score
+    from asr.scoring import read_transcripts, score
 
     res = score(read_transcripts(args.ref), read_transcripts(args.hyp), args.normalizer, args.bootstrap)
     if args.report:
@@ -198,4 +197,34 @@ def run_score(args: argparse.Namespace) -> int:
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(res.to_dict()) + "\n", encoding="utf-8")
     print(json.dumps(res.to_dict()) if args.json else res.summary())
+    return 0
+
+
+def add_results(sub) -> None:
+    p = sub.add_parser("results", help="write a recipe's RESULTS.md from its scored decodings")
+    p.add_argument("--exp", type=Path, help="the experiment folder (its train_log.jsonl gives time and precision)")
+    p.add_argument("--model", type=Path, help="model directory whose decode_<set>/wer.json are read")
+    p.add_argument("--sets", nargs="+")
+    p.add_argument("--decode", default="", help="decoding settings, as text")
+    p.add_argument("--lm", type=Path, help="LM directory: adds the rows of MODEL/decode_lm_<set>/wer.json (decoded "
+                   "with it) and its perplexity per set (LM/ppl_<set>.json)")  # fmt: skip
+    p.add_argument("--lm-decode", default="", help="decoding settings with the LM, as text")
+    p.add_argument("--also", nargs=3, action="append", default=[], metavar=("FOLDER", "LABEL", "DECODING"),
+                   help="more rows: MODEL/FOLDER_<set>/wer.json, labelled '<set> LABEL' (--loso: a column), "
+                   "decoded as DECODING (text); repeatable")  # fmt: skip
+    p.add_argument("--also-for", nargs=4, action="append", default=[], metavar=("SET", "FOLDER", "LABEL", "DECODING"),
+                   help="as --also, for one set only (e.g. a model adapted to the test set); --loso: a column when "
+                   "SET is test")  # fmt: skip
+    p.add_argument("--title", default="Results")
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--loso", action="store_true", help="one row per held-out speaker (--exp-prefix, --speakers)")
+    p.add_argument("--exp-prefix", default="", help="--loso: experiment folders are PREFIX<speaker>")
+    p.add_argument("--speakers", nargs="+", default=[])
+    p.add_argument("--model-name", default="avg5", help="--loso: the model directory inside each experiment")
+
+
+def run_results(args) -> int:
+    from asr.results import write_results
+
+    print(f"wrote {write_results(args)}")
     return 0

@@ -33,9 +33,9 @@ def run_lm(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from ..lm.config import load_lm_config
-    from ..lm.task import LMTask
-    from .training import quiet_other_ranks, train_and_report
+    from asr.cli.training import quiet_other_ranks, train_and_report
+    from asr.lm.config import load_lm_config
+    from asr.lm.task import LMTask
 
     rank = quiet_other_ranks()
     cfg = load_lm_config(args.config, args.overrides)
@@ -53,8 +53,8 @@ def _eval(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from ..lm.directory import load_lm
-    from ..lm.evaluate import perplexity
+    from asr.lm.directory import load_lm
+    from asr.lm.evaluate import perplexity
 
     ppl = perplexity(load_lm(args.model, args.device), args.text, quantized=args.quantize)
     record = json.dumps({**dataclasses.asdict(ppl), "ppl_token": ppl.per_token, "ppl_word": ppl.per_word,

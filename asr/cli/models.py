@@ -17,10 +17,10 @@ def add_import(sub: argparse._SubParsersAction) -> None:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from ..importers import import_espnet
+    from asr.importers import import_espnet
 
     if args.lm:
-        from ..importers.espnet_lm import import_espnet_lm
+        from asr.importers.espnet_lm import import_espnet_lm
 
         if args.stats:
             raise ValueError("--stats: an LM has no feature statistics")

@@ -15,8 +15,8 @@ def add_info(sub: argparse._SubParsersAction) -> None:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    from ..config import load_config
-    from ..model import ASRModel
+    from asr.config import load_config
+    from asr.model import ASRModel
 
     cfg = load_config(args.config, args.overrides)
     if cfg.model.vocab_size == 0:
@@ -66,7 +66,7 @@ def train_and_report(cfg, args: argparse.Namespace, rank: int, command: str, wha
     128 + signal when stopped by one (the checkpoint is saved), else 0."""
     import signal
 
-    from ..train import TrainingAborted, train
+    from asr.training.train import TrainingAborted, train
 
     try:
         summary = train(cfg, args.out, resume=args.resume, device=args.device, task=task)
@@ -83,7 +83,7 @@ def train_and_report(cfg, args: argparse.Namespace, rank: int, command: str, wha
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from ..config import load_config
+    from asr.config import load_config
 
     rank = quiet_other_ranks()
     cfg = load_config(args.config, args.overrides)
@@ -103,7 +103,7 @@ def add_average(sub: argparse._SubParsersAction) -> None:
 
 
 def run_average(args: argparse.Namespace) -> int:
-    from ..checkpoint import average_checkpoints, average_model_dirs
+    from asr.training.checkpoints import average_checkpoints, average_model_dirs
 
     if args.models:
         print(f"averaged {len(args.models)} model directories into {average_model_dirs(args.models, args.out)}")
@@ -120,7 +120,7 @@ def add_plot(sub: argparse._SubParsersAction) -> None:
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    from ..plot import plot_run
+    from asr.training.plot import plot_run
 
     try:
         path = plot_run(args.exp, args.out)

@@ -1,13 +1,13 @@
 """Data: manifests (JSON Lines), corpus importers, the dataset, batching and augmentation.
 
-Importers live in their own modules (``asr.data.librispeech``, ``asr.data.kaldi``,
-``asr.data.fsdd``) and are imported where they are used.
+Importers live in their own modules (``asr.corpora.librispeech``, ``asr.corpora.kaldi``,
+``asr.corpora.fsdd``) and are imported where they are used.
 """
 
-from .augment import augment, spec_augment
-from .dataset import ASRDataset, Batch, DataError, check_skip_ratio, collate
-from .filtering import filter_records
-from .manifest import ManifestError, read_manifest, write_manifest
+from asr.data.augment import augment, spec_augment
+from asr.data.dataset import ASRDataset, Batch, DataError, check_skip_ratio, collate
+from asr.data.filtering import filter_records
+from asr.data.manifest import ManifestError, read_manifest, write_manifest
 
 __all__ = [
     "ASRDataset",

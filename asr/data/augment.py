@@ -13,8 +13,8 @@ import math
 import torch
 import torchaudio.compliance.kaldi as kaldi
 
-from ..audio import MEL_LOW_FREQ, fbank_batch
-from ..config import DataConfig, NoiseConfig, SpecAugmentConfig
+from asr.config import DataConfig, NoiseConfig, SpecAugmentConfig
+from asr.features.audio import MEL_LOW_FREQ, fbank_batch
 
 __all__ = ["augment", "spec_augment", "tempo_perturb", "add_noise", "freq_warp"]
 

@@ -17,11 +17,11 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from ..atomic import atomic_write_text
-from ..audio import AudioError, load_audio
-from ..config import DataConfig
-from ..features import compute_features
-from .dataset import DataError
+from asr.atomic import atomic_write_text
+from asr.config import DataConfig
+from asr.data.dataset import DataError
+from asr.features import compute_features
+from asr.features.audio import AudioError, load_audio
 
 __all__ = ["CMVNStats", "compute_cmvn_stats"]
 

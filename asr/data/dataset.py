@@ -23,10 +23,10 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset
 
-from ..audio import AudioError, load_audio, speed_perturb
-from ..config import DataConfig
-from ..features import compute_features
-from ..text import Tokenizer, normalize
+from asr.config import DataConfig
+from asr.features import compute_features
+from asr.features.audio import AudioError, load_audio, speed_perturb
+from asr.text import Tokenizer, normalize
 
 __all__ = ["ASRDataset", "Batch", "DataError", "collate", "check_skip_ratio"]
 

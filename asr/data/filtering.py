@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from ..audio import num_frames
-from ..config import DataConfig
-from ..text import Tokenizer, normalize
+from asr.config import DataConfig
+from asr.features.audio import num_frames
+from asr.text import Tokenizer, normalize
 
 __all__ = ["filter_records", "ctc_min_frames", "FILTER_REASONS"]
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..atomic import atomic_write
+from asr.atomic import atomic_write
 
 __all__ = ["ManifestError", "read_manifest", "write_manifest", "report_unmatched", "REQUIRED_KEYS"]
 

@@ -1,6 +1,6 @@
 """The data a training run reads: filtered train/dev sets, this rank's batches, loaders, CMVN.
 
-``asr.train`` calls these once per run (and :func:`make_loader` once per epoch). Nothing here
+``asr.training.train`` calls these once per run (and :func:`make_loader` once per epoch). Nothing here
 draws from the global RNG, so building a loader again on resume changes nothing.
 """
 
@@ -12,13 +12,13 @@ from typing import Any
 
 import torch
 
-from ..config import Config, ConfigError
-from ..runtime import DistEnv
-from .cmvn import compute_cmvn_stats
-from .dataset import ASRDataset, collate
-from .filtering import filter_records
-from .manifest import read_manifest
-from .sampler import DynamicBucketSampler
+from asr.config import Config, ConfigError
+from asr.data.cmvn import compute_cmvn_stats
+from asr.data.dataset import ASRDataset, collate
+from asr.data.filtering import filter_records
+from asr.data.manifest import read_manifest
+from asr.data.sampler import DynamicBucketSampler
+from asr.training.runtime import DistEnv
 
 __all__ = ["build_data", "make_sampler", "make_loader", "compute_cmvn", "dummy_batch", "CMVN_MAX_UTTERANCES"]
 

@@ -15,8 +15,8 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from ..scoring import read_transcripts
-from .manifest import ManifestError, read_manifest, write_manifest
+from asr.data.manifest import ManifestError, read_manifest, write_manifest
+from asr.scoring import read_transcripts
 
 __all__ = ["PseudoLabelStats", "pseudo_label"]
 

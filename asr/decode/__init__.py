@@ -1,10 +1,10 @@
 """Search: greedy and batched beam search (attention + CTC), CTC prefix scoring, rescoring."""
 
-from .beam_search import Hypothesis, beam_search
-from .ctc_beam import attention_rescoring, ctc_prefix_beam_search
-from .ctc_prefix_score import CTCPrefixScorer, CTCPrefixState
-from .greedy import ctc_greedy_search, greedy_search, max_lengths
-from .search import recognize
+from asr.decode.beam_search import Hypothesis, beam_search
+from asr.decode.ctc_beam import attention_rescoring, ctc_prefix_beam_search
+from asr.decode.ctc_prefix_score import CTCPrefixScorer, CTCPrefixState
+from asr.decode.greedy import ctc_greedy_search, greedy_search, max_lengths
+from asr.decode.search import recognize
 
 __all__ = [
     "Hypothesis",

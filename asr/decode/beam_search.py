@@ -28,12 +28,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ..lm.cache import LMCache
-from ..model.asr_model import BLANK_ID
-from ..model.kv_cache import KVCache
-from ..model.transformer import DecoderCache
-from .ctc_prefix_score import CTCPrefixScorer, CTCPrefixState
-from .greedy import max_lengths
+from asr.decode.ctc_prefix_score import CTCPrefixScorer, CTCPrefixState
+from asr.decode.greedy import max_lengths
+from asr.lm.cache import LMCache
+from asr.model.asr_model import BLANK_ID
+from asr.model.kv_cache import KVCache
+from asr.model.transformer import DecoderCache
 
 __all__ = ["Hypothesis", "beam_search"]
 

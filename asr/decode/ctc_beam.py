@@ -11,9 +11,9 @@ import math
 
 import torch
 
-from ..model.asr_model import BLANK_ID
-from .beam_search import Hypothesis
-from .ctc_prefix_score import NEG_INF
+from asr.decode.beam_search import Hypothesis
+from asr.decode.ctc_prefix_score import NEG_INF
+from asr.model.asr_model import BLANK_ID
 
 __all__ = [
     "ctc_prefix_beam_search", "attention_rescoring", "attention_log_probs", "lm_sequence_log_probs", "pad_tokens"
@@ -128,7 +128,7 @@ def pad_tokens(seqs: list[list[int]], device: torch.device) -> tuple[torch.Tenso
 @torch.inference_mode()
 def lm_sequence_log_probs(lm, seqs: list[list[int]]) -> torch.Tensor:
     """log p_lm(y, eos) of each token sequence (no sos/eos in ``seqs``), one teacher-forced call, (N,)."""
-    from ..lm.model import IGNORE_ID, lm_io
+    from asr.lm.model import IGNORE_ID, lm_io
 
     tokens, lens = pad_tokens(seqs, next(lm.parameters()).device)
     ys_in, ys_out = lm_io(tokens, lens, lm.eos_id)

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ..model.asr_model import BLANK_ID
+from asr.model.asr_model import BLANK_ID
 
 __all__ = ["greedy_search", "ctc_greedy_search", "max_lengths"]
 

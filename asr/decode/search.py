@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from ..config import DecodeConfig
-from ..hardware import autocast, resolve_precision
-from .beam_search import Hypothesis, beam_search
-from .ctc_beam import attention_rescoring, ctc_prefix_beam_search
-from .greedy import ctc_greedy_search
+from asr.config import DecodeConfig
+from asr.decode.beam_search import Hypothesis, beam_search
+from asr.decode.ctc_beam import attention_rescoring, ctc_prefix_beam_search
+from asr.decode.greedy import ctc_greedy_search
+from asr.hardware import autocast, resolve_precision
 
 __all__ = ["recognize", "check_mode"]
 

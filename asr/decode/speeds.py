@@ -22,13 +22,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..config import DecodeConfig
-from ..hardware import autocast, resolve_precision
-from ..model.asr_model import BLANK_ID
-from .beam_search import Hypothesis, beam_search
-from .ctc_beam import attention_log_probs, ctc_prefix_beam_search, lm_sequence_log_probs, pad_tokens
-from .greedy import ctc_greedy_search
-from .search import check_mode
+from asr.config import DecodeConfig
+from asr.decode.beam_search import Hypothesis, beam_search
+from asr.decode.ctc_beam import attention_log_probs, ctc_prefix_beam_search, lm_sequence_log_probs, pad_tokens
+from asr.decode.greedy import ctc_greedy_search
+from asr.decode.search import check_mode
+from asr.hardware import autocast, resolve_precision
+from asr.model.asr_model import BLANK_ID
 
 __all__ = ["recognize_views"]
 

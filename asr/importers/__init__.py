@@ -1,5 +1,5 @@
 """Readers of other toolkits' trained models: each writes an ordinary ``asr`` model directory."""
 
-from .espnet import EspnetImportError, import_espnet
+from asr.importers.espnet import EspnetImportError, import_espnet
 
 __all__ = ["import_espnet", "EspnetImportError"]

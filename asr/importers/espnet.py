@@ -38,10 +38,10 @@ import numpy as np
 import torch
 import yaml
 
-from ..config import ModelConfig
-from ..text import Tokenizer
-from .espnet_config import EspnetImportError, convert_config, read_yaml
-from .sentencepiece_proto import reorder_pieces
+from asr.config import ModelConfig
+from asr.importers.espnet_config import EspnetImportError, convert_config, read_yaml
+from asr.importers.sentencepiece_proto import reorder_pieces
+from asr.text import Tokenizer
 
 __all__ = ["EspnetImportError", "EspnetFiles", "find_espnet_files", "convert_config", "convert_state_dict",
            "import_espnet"]
@@ -199,7 +199,7 @@ def convert_state_dict(
 
 
 def _read_stats(path: Path, dim: int):
-    from ..data.cmvn import CMVNStats
+    from asr.data.cmvn import CMVNStats
 
     try:
         npz = np.load(path)
@@ -252,8 +252,8 @@ def import_espnet(
 ) -> Path:
     """Write model directory ``out`` (config.yaml, model.pt, tokenizer.model, cmvn.json) from an ESPnet
     model; everything is checked first and the directory appears whole or not at all."""
-    from ..checkpoint import safe_load, save_model_dir
-    from ..model import ASRModel
+    from asr.checkpoint import safe_load, save_model_dir
+    from asr.model import ASRModel
 
     files = find_espnet_files(root, config, weights, stats, bpe)
     cfg = convert_config(read_yaml(files.config), str(files.config))

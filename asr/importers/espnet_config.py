@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from ..config import Config, DecodeConfig, ModelConfig
+from asr.config import Config, DecodeConfig, ModelConfig
 
 __all__ = ["EspnetImportError", "INPUT_LAYERS", "convert_config", "read_yaml"]
 

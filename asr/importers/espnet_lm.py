@@ -16,7 +16,7 @@ a ``*.pth``). What ESPnet's LMs are and how ``asr.lm`` represents them (``LMConf
 
 Anything else (a GRU or plain RNN, another LM class, an unknown key) is an :class:`EspnetImportError`
 naming the key and value, raised before anything is written. Proof of equality: the log-probabilities
-and searches of tests/test_espnet_lm.py, against fixtures ESPnet computed (tools/espnet_lm_fixtures.py).
+and searches of tests/test_espnet_lm.py, against fixtures ESPnet computed (tests/make_espnet_lm_fixtures.py).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from typing import Any
 
 import torch
 
-from ..lm.config import LMConfig, LMDataConfig, LMExperimentConfig
-from .espnet import _resolve, staged_model_dir
-from .espnet_config import EspnetImportError, read_yaml
+from asr.importers.espnet import _resolve, staged_model_dir
+from asr.importers.espnet_config import EspnetImportError, read_yaml
+from asr.lm.config import LMConfig, LMDataConfig, LMExperimentConfig
 
 __all__ = ["find_espnet_lm_files", "convert_lm_config", "convert_lm_state_dict", "import_espnet_lm"]
 
@@ -164,9 +164,9 @@ def import_espnet_lm(out: str | os.PathLike, root: str | os.PathLike | None = No
                      bpe: str | os.PathLike | None = None) -> Path:  # fmt: skip
     """Write LM directory ``out`` (config.yaml, model.pt, tokenizer.model) from an ESPnet LM; everything
     is checked first and the directory appears whole or not at all."""
-    from ..checkpoint import safe_load
-    from ..lm.directory import save_lm_dir
-    from ..lm.model import build_lm
+    from asr.checkpoint import safe_load
+    from asr.lm.directory import save_lm_dir
+    from asr.lm.model import build_lm
 
     cfg_path, w_path, bpe_path = find_espnet_lm_files(root, config, weights, bpe)
     esp = read_yaml(cfg_path)

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import ConfigError, TrainConfig, _check, apply_overrides, build_config, read_config_file, save_config
+from asr.config import ConfigError, TrainConfig, _check, apply_overrides, build_config, read_config_file, save_config
 
 __all__ = ["LMConfig", "LMDataConfig", "LMExperimentConfig", "load_lm_config", "save_lm_config", "LM_TYPES"]
 

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from ..text import Tokenizer, normalize
+from asr.text import Tokenizer, normalize
 
 __all__ = ["read_sentences", "TextDataset", "TextBatch", "collate_text", "encode_texts"]
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import CONFIG_FILE, MODEL_FILE, atomic_save, check_state_fits, safe_load
-from ..text import TOKENIZER_FILE, Tokenizer
-from .config import LMExperimentConfig, load_lm_config, save_lm_config
-from .model import build_lm
+from asr.checkpoint import CONFIG_FILE, MODEL_FILE, atomic_save, check_state_fits, safe_load
+from asr.lm.config import LMExperimentConfig, load_lm_config, save_lm_config
+from asr.lm.model import build_lm
+from asr.text import TOKENIZER_FILE, Tokenizer
 
 __all__ = ["LanguageModel", "load_lm", "save_lm_dir", "check_lm_fits", "is_lm_dir"]
 
@@ -47,7 +47,7 @@ class LanguageModel:
             raise ValueError(f"--quantize-lm (decode.quantize_lm): int8 products are for decoding on a CPU, the LM "
                              f"{self.path} is on {device}; there decode with --precision auto instead")  # fmt: skip
         if self._int8 is None:
-            from .quantize import quantize_lm
+            from asr.lm.quantize import quantize_lm
 
             self._int8 = quantize_lm(self.model)
         return self._int8

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..text import normalize
-from .data import read_sentences
-from .directory import LanguageModel
-from .model import LMLoss
+from asr.lm.data import read_sentences
+from asr.lm.directory import LanguageModel
+from asr.lm.model import LMLoss
+from asr.text import normalize
 
 __all__ = ["Perplexity", "perplexity"]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .cache import LMCache
-from .config import LMConfig
+from asr.lm.cache import LMCache
+from asr.lm.config import LMConfig
 
 __all__ = ["LSTMLM"]
 

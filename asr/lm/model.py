@@ -1,7 +1,7 @@
 """Building an LM from its config, and the training objective the shared loop calls.
 
 ``build_lm`` is the one place that maps ``lm.type`` to a class. :class:`LMLoss` wraps an LM so that
-``asr.train``'s loop can call ``model(tokens, token_lens)`` and get the dict of losses it expects
+``asr.training.train``'s loop can call ``model(tokens, token_lens)`` and get the dict of losses it expects
 (DDP wraps this module, so the loss is computed inside ``forward``).
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import LMConfig
-from .lstm_lm import LSTMLM
-from .transformer_lm import TransformerLM
+from asr.lm.config import LMConfig
+from asr.lm.lstm_lm import LSTMLM
+from asr.lm.transformer_lm import TransformerLM
 
 __all__ = ["build_lm", "LMLoss", "lm_io", "IGNORE_ID"]
 

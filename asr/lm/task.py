@@ -1,4 +1,4 @@
-"""What the training loop needs to know about a language model (see ``asr.task`` for the contract).
+"""What the training loop needs to know about a language model (see ``asr.training.task`` for the contract).
 
 Batches are token sequences bucketed by length through the ASR's own sampler: a sentence of n ids
 is handed to it as n + 1 "frames" (its predicted tokens, eos included), so ``data.max_tokens`` is the
@@ -16,17 +16,18 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import CONFIG_FILE, SHAPE_KEYS
-from ..config import ConfigError
-from ..data.pipeline import make_loader
-from ..data.sampler import FRAME_SHIFT_S, DynamicBucketSampler
-from ..hardware import autocast
-from ..runtime import DistEnv, all_reduce
-from ..text import TOKENIZER_FILE, Tokenizer
-from .config import LMExperimentConfig, save_lm_config
-from .data import TextDataset, collate_text, encode_texts
-from .directory import save_lm_dir
-from .model import LMLoss, build_lm
+from asr.checkpoint import CONFIG_FILE
+from asr.config import ConfigError
+from asr.data.pipeline import make_loader
+from asr.data.sampler import FRAME_SHIFT_S, DynamicBucketSampler
+from asr.hardware import autocast
+from asr.lm.config import LMExperimentConfig, save_lm_config
+from asr.lm.data import TextDataset, collate_text, encode_texts
+from asr.lm.directory import save_lm_dir
+from asr.lm.model import LMLoss, build_lm
+from asr.text import TOKENIZER_FILE, Tokenizer
+from asr.training.checkpoints import SHAPE_KEYS
+from asr.training.runtime import DistEnv, all_reduce
 
 __all__ = ["LMTask"]
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..model import fast
-from ..model.attention import SinusoidalPositions, causal_keep_mask
-from ..model.fast import Linear
-from ..model.kv_cache import KVCache
-from ..model.transformer import DecoderLayer
-from .config import LMConfig
+from asr.lm.config import LMConfig
+from asr.model import fast
+from asr.model.attention import SinusoidalPositions, causal_keep_mask
+from asr.model.fast import Linear
+from asr.model.kv_cache import KVCache
+from asr.model.transformer import DecoderLayer
 
 __all__ = ["TransformerLM"]
 

@@ -1,10 +1,10 @@
 """The model: CMVN, frontends, attention, Transformer encoder/decoder with KV cache, losses."""
 
-from .asr_model import BLANK_ID, IGNORE_ID, UNK_ID, ASRModel
-from .attention import MultiHeadAttention, SinusoidalPositions, causal_keep_mask, lengths_to_keep_mask
-from .cmvn import GlobalCMVN
-from .frontend import Conv2dFrontend, LinearStackFrontend
-from .transformer import Decoder, DecoderCache, Encoder
+from asr.model.asr_model import BLANK_ID, IGNORE_ID, UNK_ID, ASRModel
+from asr.model.attention import MultiHeadAttention, SinusoidalPositions, causal_keep_mask, lengths_to_keep_mask
+from asr.model.cmvn import GlobalCMVN
+from asr.model.frontend import Conv2dFrontend, LinearStackFrontend
+from asr.model.transformer import Decoder, DecoderCache, Encoder
 
 __all__ = [
     "ASRModel",

@@ -11,12 +11,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import ModelConfig
-from .attention import lengths_to_keep_mask
-from .cmvn import GlobalCMVN
-from .fast import Linear
-from .frontend import build_frontend
-from .transformer import Decoder, Encoder
+from asr.config import ModelConfig
+from asr.model.attention import lengths_to_keep_mask
+from asr.model.cmvn import GlobalCMVN
+from asr.model.fast import Linear
+from asr.model.frontend import build_frontend
+from asr.model.transformer import Decoder, Encoder
 
 __all__ = ["ASRModel", "BLANK_ID", "UNK_ID", "IGNORE_ID", "kl_label_smoothing"]
 

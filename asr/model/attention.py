@@ -11,9 +11,9 @@ import math
 import torch
 from torch import nn
 
-from . import fast
-from .fast import Dropout, Linear
-from .kv_cache import KVSlot
+from asr.model import fast
+from asr.model.fast import Dropout, Linear
+from asr.model.kv_cache import KVSlot
 
 __all__ = ["MultiHeadAttention", "lengths_to_keep_mask", "causal_keep_mask", "SinusoidalPositions"]
 

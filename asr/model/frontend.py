@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import fast
-from .fast import Linear
+from asr.model import fast
+from asr.model.fast import Linear
 
 __all__ = ["LinearStackFrontend", "LinearNormFrontend", "Conv2dFrontend", "build_frontend"]
 

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from . import fast
-from .attention import MultiHeadAttention, SinusoidalPositions, causal_keep_mask, lengths_to_keep_mask
-from .fast import Dropout, Linear
-from .kv_cache import KVCache, KVSlot
+from asr.model import fast
+from asr.model.attention import MultiHeadAttention, SinusoidalPositions, causal_keep_mask, lengths_to_keep_mask
+from asr.model.fast import Dropout, Linear
+from asr.model.kv_cache import KVCache, KVSlot
 
 __all__ = ["Encoder", "Decoder", "DecoderCache", "DecoderLayer"]
 

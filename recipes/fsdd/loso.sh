@@ -52,7 +52,7 @@ if $fetch; then  # the speakers are read from the recordings, so they must be th
   "${ASR[@]}" download fsdd --corpus-dir "$corpus_dir"
 fi
 if [[ -z $speakers ]]; then  # every speaker of the corpus, from the file names ({digit}_{speaker}_{take}.flac)
-  speakers=$("$PYTHON" -c 'import sys; from asr.data.fsdd import fsdd_speakers; print(*fsdd_speakers(sys.argv[1]))' \
+  speakers=$("$PYTHON" -c 'import sys; from asr.corpora.fsdd import fsdd_speakers; print(*fsdd_speakers(sys.argv[1]))' \
     "$corpus_dir")
 fi
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "loso.sh: --jobs expects a whole number >= 1, got '$jobs'" >&2; exit 2; }
@@ -98,6 +98,6 @@ if [[ $adapt =~ ^[1-9][0-9]*$ ]]; then  # and adapted to their held-out speaker 
     also+=(--also "${rel}decode_ctc" "adapted, CTC only" "CTC prefix beam search, $how")
   fi
 fi
-"$PYTHON" "$repo/tools/results_table.py" --loso --exp-prefix "$here/exp/${exp}_" --speakers $speakers --model-name "avg$num_avg" \
+"$PYTHON" -m asr results --loso --exp-prefix "$here/exp/${exp}_" --speakers $speakers --model-name "avg$num_avg" \
   "${also[@]}" --title "FSDD, every speaker held out in turn ($exp)" --out "$here/exp/${exp}_loso.md"
 cat "$here/exp/${exp}_loso.md"

@@ -14,7 +14,7 @@
 # --download: FSDD's pinned upstream commit, fetched into downloads/fsdd (or --corpus-dir DIR) and
 # checked recording by recording (SHA-256) before anything is extracted.
 # Synthetic speakers: --tts-voices N espeak-ng voices (synthesised once into data_tts_voices/, shared
-# by every run; 0: none) speak a share --tts-share P of the training utterances (asr.data.fsdd_tts).
+# by every run; 0: none) speak a share --tts-share P of the training utterances (asr.corpora.fsdd_tts).
 #
 # Stages (each one `asr` command, each skipped when already done):
 #   0 the corpus: check its SHA256SUMS (named errors), or download it with --download
@@ -200,7 +200,7 @@ if (( stage <= 7 && stop_stage >= 7 )); then
     also+=(--also-for test "$rel/decode" adapted "$decoding, $how")
     [[ ${#variants[@]} == 2 ]] && also+=(--also-for test "$rel/decode_ctc" "adapted, CTC only" "ctc_beam, beam $beam$played, $how")
   fi
-  "$PYTHON" "$repo/tools/results_table.py" --exp "$expdir" --model "$model" --sets dev test "${also[@]}" \
+  "$PYTHON" -m asr results --exp "$expdir" --model "$model" --sets dev test "${also[@]}" \
     --decode "$decoding, average of the $num_avg best checkpoints" \
     --title "FSDD connected digits, $(basename "$config")" --out "$expdir/RESULTS.md"
   cat "$expdir/RESULTS.md"

@@ -131,7 +131,7 @@ for set in $test_sets; do
 done
 decode_text="beam $beam_size, CTC weight $ctc_weight, average of the $num_avg best checkpoints"
 if (( stage <= 7 && stop_stage >= 7 )); then
-  "$PYTHON" "$repo/tools/results_table.py" --exp "$expdir" --model "$model" --sets $test_sets \
+  "$PYTHON" -m asr results --exp "$expdir" --model "$model" --sets $test_sets \
     --decode "$decode_text, no LM" --title "LibriSpeech $train_set, $(basename "$config")" --out "$expdir/RESULTS.md"
   cat "$expdir/RESULTS.md"
 fi
@@ -170,7 +170,7 @@ for set in $test_sets; do
       --report "$model/decode_lm_$set/report.txt" --json-out "$model/decode_lm_$set/wer.json"
 done
 if (( stage <= 12 && stop_stage >= 12 )); then
-  "$PYTHON" "$repo/tools/results_table.py" --exp "$expdir" --model "$model" --sets $test_sets \
+  "$PYTHON" -m asr results --exp "$expdir" --model "$model" --sets $test_sets \
     --decode "$decode_text, no LM" --lm "$lmdir" --lm-decode "$decode_text, LM weight $lm_weight ($lmdir)" \
     --title "LibriSpeech $train_set, $(basename "$config")" --out "$expdir/RESULTS.md"
   cat "$expdir/RESULTS.md"

@@ -57,6 +57,9 @@ fi
   "asteroid_filterbanks==0.4.0" editdistance einops "importlib-metadata<5.0" \
   "torch==$torch_version" "torchaudio==$ta_version"
 
+# asr itself (editable, no dependencies): the fixture generators in tests/ import it beside ESPnet.
+"${pip[@]}" --no-deps -e "$root"
+
 # SpeechBrain installs normally (torch already satisfied).
 "${pip[@]}" "speechbrain==$speechbrain_version" "torch==$torch_version" "torchaudio==$ta_version"
 

@@ -25,12 +25,12 @@ faster (``tools/bench_paths.py``):
                                                                        real frames only (real_frames.py)
 """
 
-from .attention_dropout import attention
-from .cheap_dropout import Dropout, dropout
-from .conv_channels_last import conv_stack, flatten_channels
-from .fused_relu_dropout import relu_dropout
-from .onednn_linear import Linear, linear, linear_relu
-from .real_frames import on_real_frames, real_rows
+from asr.model.fast.attention_dropout import attention
+from asr.model.fast.cheap_dropout import Dropout, dropout
+from asr.model.fast.conv_channels_last import conv_stack, flatten_channels
+from asr.model.fast.fused_relu_dropout import relu_dropout
+from asr.model.fast.onednn_linear import Linear, linear, linear_relu
+from asr.model.fast.real_frames import on_real_frames, real_rows
 
 __all__ = [
     "Linear", "linear", "linear_relu", "Dropout", "dropout", "attention", "relu_dropout", "conv_stack",

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ... import speed
-from .cheap_dropout import dropout
+from asr import speed
+from asr.model.fast.cheap_dropout import dropout
 
 __all__ = ["attention"]
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ... import speed
+from asr import speed
 
 __all__ = ["Dropout", "dropout", "dropped", "keep_mask", "effective_p", "dropout_scale"]
 

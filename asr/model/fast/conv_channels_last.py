@@ -42,8 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ... import speed
-from .onednn_linear import _mm, _recorded, onednn_available, onednn_mm, packed_weight
+from asr import speed
+from asr.model.fast.onednn_linear import _mm, _recorded, onednn_available, onednn_mm, packed_weight
 
 __all__ = ["conv_stack", "flatten_channels"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .cheap_dropout import _cheap, dropout, dropout_scale, dropped
+from asr.model.fast.cheap_dropout import _cheap, dropout, dropout_scale, dropped
 
 __all__ = ["relu_dropout"]
 

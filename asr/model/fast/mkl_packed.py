@@ -28,7 +28,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from ... import speed
+from asr import speed
 
 __all__ = ["linear", "available"]
 

@@ -42,8 +42,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.weak import WeakIdKeyDictionary
 
-from ... import speed
-from . import mkl_packed
+from asr import speed
+from asr.model.fast import mkl_packed
 
 __all__ = [
     "Linear", "linear", "linear_relu", "onednn_mm", "onednn_available", "packed_weight", "MIN_WORK",

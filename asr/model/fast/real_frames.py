@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import torch
 
-from ... import speed
+from asr import speed
 
 __all__ = ["real_rows", "on_real_frames"]
 

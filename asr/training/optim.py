@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from .config import TrainConfig
+from asr.config import TrainConfig
 
 __all__ = ["build_optimizer", "lr_factor"]
 

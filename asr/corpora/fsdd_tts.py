@@ -32,8 +32,8 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from ..audio import resample
-from .librispeech import PrepareError
+from asr.corpora.librispeech import PrepareError
+from asr.features.audio import resample
 
 __all__ = ["TtsOptions", "Espeak", "synthesize_voices", "TTS_PREFIX"]
 

@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from .config import DecodeConfig
-from .data.sampler import duration_to_frames, pack_batches
-from .recognizer import Recognizer
+from asr.config import DecodeConfig
+from asr.data.sampler import duration_to_frames, pack_batches
+from asr.inference.recognizer import Recognizer
 
 __all__ = ["DecodeStats", "duration_batches", "decode_manifest"]
 
@@ -60,7 +60,7 @@ def decode_manifest(
 
     Unreadable audio is logged by id and listed in ``DecodeStats.failed``; the rest still run.
     """
-    from .data.dataset import ASRDataset, collate
+    from asr.data.dataset import ASRDataset, collate
 
     dev = rec.device
     data_cfg = dataclasses.replace(rec.config.data, cache_features=False)  # each utterance is read once

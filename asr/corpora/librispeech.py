@@ -16,9 +16,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ..audio import duration_or_problem as _duration
-from .download import download, extract
-from .manifest import report_unmatched, write_manifest
+from asr.corpora.download import download, extract
+from asr.data.manifest import report_unmatched, write_manifest
+from asr.features.audio import duration_or_problem as _duration
 
 __all__ = [
     "SUBSETS",

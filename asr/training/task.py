@@ -1,6 +1,6 @@
 """What the training loop needs to know about speech: the ASR task.
 
-``asr.train.Trainer`` runs one loop (DDP, mixed precision, accumulation, exact resume, checkpoints)
+``asr.training.train.Trainer`` runs one loop (DDP, mixed precision, accumulation, exact resume, checkpoints)
 for any model; a task object supplies the parts that depend on what is learnt. :class:`ASRTask` is
 the speech recogniser's (tokenizer and model, filtered manifests, CMVN, SpecAugment and friends,
 dev loss/accuracy/WER, the model directory); ``asr.lm.task.LMTask`` is the language model's. A task
@@ -30,12 +30,13 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import CMVN_FILE, CONFIG_FILE, check_same_model, init_files, save_model_dir
-from .config import Config, ConfigError, save_config
-from .data.dataset import collate
-from .data.pipeline import build_data, compute_cmvn, dummy_batch, make_loader, make_sampler
-from .runtime import DistEnv
-from .text import TOKENIZER_FILE
+from asr.checkpoint import CMVN_FILE, CONFIG_FILE, init_files, save_model_dir
+from asr.config import Config, ConfigError, save_config
+from asr.data.dataset import collate
+from asr.data.pipeline import build_data, compute_cmvn, dummy_batch, make_loader, make_sampler
+from asr.text import TOKENIZER_FILE
+from asr.training.checkpoints import check_same_model
+from asr.training.runtime import DistEnv
 
 __all__ = ["ASRTask"]
 
@@ -54,8 +55,8 @@ class ASRTask:
         check_same_model(saved_config["model"], self.cfg, exp)
 
     def build_model(self, exp: Path, device: torch.device) -> torch.nn.Module:
-        from .model import ASRModel
-        from .text import Tokenizer
+        from asr.model import ASRModel
+        from asr.text import Tokenizer
 
         cfg = self.cfg
         self.tokenizer = tokenizer = Tokenizer.load(cfg.data.tokenizer or exp)
@@ -82,7 +83,7 @@ class ASRTask:
         return train_ds, lengths, dev
 
     def write_files(self, exp: Path) -> None:
-        from .data.cmvn import CMVNStats
+        from asr.data.cmvn import CMVNStats
 
         save_config(self.cfg, exp / CONFIG_FILE)
         tok = self.tokenizer.model_path
@@ -98,7 +99,7 @@ class ASRTask:
             stats.save(exp / CMVN_FILE)
 
     def load_files(self, exp: Path, model) -> None:
-        from .data.cmvn import CMVNStats
+        from asr.data.cmvn import CMVNStats
 
         model.cmvn.load_stats(*CMVNStats.load(exp / CMVN_FILE).mean_istd())
 
@@ -116,7 +117,7 @@ class ASRTask:
 
     def inputs(self, batch, device: torch.device, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
         """The batch on the device, with the training augmentations that act on whole batches."""
-        from .data.augment import augment
+        from asr.data.augment import augment
 
         batch = batch.to(device, non_blocking=True)
         feats, feat_lens = augment(batch.feats, batch.feat_lens, self.cfg.data, gen)
@@ -126,7 +127,7 @@ class ASRTask:
         return dummy_batch(model, device)
 
     def validate(self, model, loader, env: DistEnv, precision: str) -> dict[str, float]:
-        from .validate import validate
+        from asr.training.validate import validate
 
         return validate(model, loader, self.dev_by_id, self.tokenizer, self.cfg, env, precision)
 

@@ -13,7 +13,7 @@ half of their takes lose their weak edges at a random energy threshold (FSDD's o
 the onset /s/ of a quiet speaker's SIX; see ``_trim_weak_edges``). Everything is a pure function
 of the seed.
 
-Where the recordings come from, how they are checked and fetched: ``asr.data.fsdd_corpus``.
+Where the recordings come from, how they are checked and fetched: ``asr.corpora.fsdd_corpus``.
 """
 
 from __future__ import annotations
@@ -32,10 +32,18 @@ import soundfile as sf
 import torch
 from tqdm import tqdm
 
-from ..audio import load_audio, resample
-from .fsdd_corpus import BUNDLED_FSDD, CLIP_NAME, FSDD_COMMIT, FSDD_URL, download_fsdd, find_recordings, verify_fsdd
-from .librispeech import PrepareError
-from .manifest import write_manifest
+from asr.corpora.fsdd_corpus import (
+    BUNDLED_FSDD,
+    CLIP_NAME,
+    FSDD_COMMIT,
+    FSDD_URL,
+    download_fsdd,
+    find_recordings,
+    verify_fsdd,
+)
+from asr.corpora.librispeech import PrepareError
+from asr.data.manifest import write_manifest
+from asr.features.audio import load_audio, resample
 
 __all__ = [
     "BUNDLED_FSDD", "DIGIT_WORDS", "FSDD_COMMIT", "FSDD_URL", "FsddOptions", "find_recordings", "fsdd_speakers",
@@ -262,7 +270,7 @@ def prepare_fsdd(
 
     Returns the number of utterances in each manifest. ``test_speakers`` defaults to the last
     speaker in sorted order; ``dev_speakers`` to none (dev is then the train speakers' takes 0-4).
-    ``tts_dir``: synthetic speakers' takes (``asr.data.fsdd_tts``), all of them for training only,
+    ``tts_dir``: synthetic speakers' takes (``asr.corpora.fsdd_tts``), all of them for training only,
     speaking a share ``options.tts_share`` of the training utterances.
     """
     opts = options or FsddOptions()

@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .config import Config, DecodeConfig
-from .features import compute_features
-from .text import Tokenizer
+from asr.checkpoint import CONFIG_FILE, MODEL_FILE, load_weights
+from asr.config import Config, DecodeConfig, load_config
+from asr.features import compute_features
+from asr.text import TOKENIZER_FILE, Tokenizer
 
 if TYPE_CHECKING:
-    from .lm import LanguageModel
+    from asr.lm import LanguageModel
 
-__all__ = ["Recognizer"]
+__all__ = ["Recognizer", "load_model"]
 
 
 @dataclass
@@ -46,7 +47,7 @@ class Recognizer:
     def use_lm(self, lm: LanguageModel | str | os.PathLike | None, base: str | os.PathLike | None = None) -> Recognizer:
         """Fuse ``lm`` (a loaded LM or an LM directory; a relative path is taken from ``base`` when it
         exists there) from now on; None: no LM. An LM over another vocabulary is an error naming both."""
-        from .lm import check_lm_fits, load_lm
+        from asr.lm import check_lm_fits, load_lm
 
         if lm is not None and not hasattr(lm, "model"):
             path = Path(lm)
@@ -64,7 +65,7 @@ class Recognizer:
 
     def recognize(self, feats: torch.Tensor, feat_lens: torch.Tensor, decode: DecodeConfig | None = None):
         """Best :class:`~asr.decode.Hypothesis` per utterance of a padded batch; the config's search by default."""
-        from .decode import recognize
+        from asr.decode import recognize
 
         cfg = decode or self.config.decode
         return recognize(self.model, feats, feat_lens, cfg, self._fused_lm(cfg))
@@ -72,7 +73,7 @@ class Recognizer:
     def recognize_views(self, views, decode: DecodeConfig | None = None):
         """``{id: Hypothesis}`` over several views of the same utterances (``decode.speeds``):
         ``views`` is a list of (ids, padded fbank batch, lengths), one per speed."""
-        from .decode.speeds import recognize_views
+        from asr.decode.speeds import recognize_views
 
         cfg = decode or self.config.decode
         return recognize_views(self.model, views, cfg, self._fused_lm(cfg))
@@ -86,3 +87,22 @@ class Recognizer:
         if self.tokenizer is None:
             raise ValueError("the model has no tokenizer: load it from a model directory with tokenizer.model")
         return self.tokenizer.decode(tokens)
+
+
+def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu") -> Recognizer:
+    """The :class:`Recognizer` of a model directory: the model (weights loaded, eval mode, on
+    ``device``), its full :class:`Config` and its tokenizer (None without tokenizer.model)."""
+    from asr.model import ASRModel
+
+    d = Path(model_dir)
+    if not d.is_dir():
+        raise FileNotFoundError(f"{d}: no such model directory")
+    for name in (CONFIG_FILE, MODEL_FILE):
+        if not (d / name).is_file():
+            raise FileNotFoundError(f"{d}: not a model directory ({name} is missing)")
+    cfg = load_config(d / CONFIG_FILE)
+    model = ASRModel(cfg.model)
+    load_weights(model, d / MODEL_FILE)
+    tokenizer = Tokenizer.load(d / TOKENIZER_FILE) if (d / TOKENIZER_FILE).is_file() else None
+    rec = Recognizer(model.to(device).eval(), cfg, tokenizer)
+    return rec.use_lm(cfg.decode.lm, base=d) if cfg.decode.lm else rec  # the directory's default LM

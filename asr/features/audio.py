@@ -184,7 +184,7 @@ def fbank_batch(
     (max) of :func:`fbank`; with ``dither`` the noise differs from :func:`fbank`'s. Where the speed
     path ``fbank_batch`` is off (``asr.speed``) it is :func:`fbank` of each waveform.
     """
-    from . import speed
+    from asr import speed
 
     if not speed.enabled("fbank_batch"):
         return [fbank(w, sample_rate, num_mel_bins, dither) for w in waveforms]

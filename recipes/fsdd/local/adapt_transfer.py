@@ -8,7 +8,7 @@ The model is adapted on A exactly as run.sh does it (decode A, asr pseudo-label,
 model, asr average --by last, decode A again for the next round), and B is decoded before and after:
 B's gain is the part that carries to new recordings of the speaker.
 
-    python tools/fsdd_adapt_transfer.py --speaker jackson --model recipes/fsdd/exp/tts_jackson/avg5 \\
+    python recipes/fsdd/local/adapt_transfer.py --speaker jackson --model recipes/fsdd/exp/tts_jackson/avg5 \\
         --out /tmp/xfer_jackson [--rounds 2] [--decode-args "--ctc-weight 0.9 --speeds 1.0,1.1,1.2"]
 
 Prints a table and a JSON line. The asr commands run with this interpreter's ``-m asr``.
@@ -32,8 +32,8 @@ ADAPT = ["--set", "train.epochs=10", "--set", "train.scheduler=constant", "--set
 
 def build_sets(corpus: Path, speaker: str, out: Path, num: int, seed: int) -> dict[str, Path]:
     """test_a.jsonl (takes 0-24) and test_b.jsonl (takes 25-49) of ``speaker``, built as the recipe's test set."""
-    from asr.data.fsdd import FsddOptions, _build, _Clips, _scan
-    from asr.data.fsdd_corpus import find_recordings
+    from asr.corpora.fsdd import FsddOptions, _build, _Clips, _scan
+    from asr.corpora.fsdd_corpus import find_recordings
     from asr.data.manifest import write_manifest
 
     takes = _scan(find_recordings(corpus)).get(speaker)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ..audio import duration_or_problem as _duration
-from .librispeech import PrepareError
-from .manifest import report_unmatched, write_manifest
+from asr.corpora.librispeech import PrepareError
+from asr.data.manifest import report_unmatched, write_manifest
+from asr.features.audio import duration_or_problem as _duration
 
 __all__ = ["read_kaldi_dir", "prepare_kaldi", "KaldiReport"]
 

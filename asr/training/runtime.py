@@ -1,6 +1,6 @@
 """The run's plumbing: where this process sits (DDP), all-reduce, stop signals, RNG state, metrics log.
 
-Nothing here knows about speech: ``asr.train`` builds the loop from these pieces.
+Nothing here knows about speech: ``asr.training.train`` builds the loop from these pieces.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .atomic import atomic_write_text
+from asr.atomic import atomic_write_text
 
 __all__ = ["DistEnv", "setup_distributed", "all_reduce", "StopFlag", "MetricsLog", "rng_state", "set_rng_state",
            "LOG_FILE"]  # fmt: skip

@@ -26,8 +26,8 @@ Models (all small: kilobytes; tests/fixtures/espnet/<name>/):
 The full-size published configurations are also built (not saved): their parameter shapes,
 tensor by tensor, go to published_shapes.json.
 
-    tools/peers/.venv/bin/python tools/espnet_fixtures.py            # regenerate everything
-    tools/peers/.venv/bin/python tools/espnet_fixtures.py --check    # recompute with ESPnet, compare
+    tools/peers/.venv/bin/python tests/make_espnet_fixtures.py            # regenerate everything
+    tools/peers/.venv/bin/python tests/make_espnet_fixtures.py --check    # recompute with ESPnet, compare
                                                                      # with the fixtures and with asr
 """
 
@@ -50,8 +50,6 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "tests" / "fixtures" / "espnet"
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO))  # asr, when the peers venv does not have it installed
 
 # Utterances: the shortest of test-clean / dev-clean / test-other (real speech, kilobytes of outputs)
 N_BATCH = 3  # utterances in the forward/training batch

@@ -40,7 +40,7 @@ def plot_run(exp: str | os.PathLike, out: str | os.PathLike | None = None) -> Pa
         import matplotlib.pyplot as plt
     except ImportError:
         raise ImportError("asr plot needs matplotlib: pip install 'asr[plot]' (or pip install matplotlib)") from None
-    from .train import LOG_FILE
+    from asr.training.train import LOG_FILE
 
     exp = Path(exp)
     train, dev = read_log(exp / LOG_FILE)

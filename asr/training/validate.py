@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import torch
 
-from .config import Config
-from .decode import greedy_search
-from .hardware import autocast
-from .runtime import DistEnv, all_reduce
-from .scoring import edit_distance
-from .text import normalize
+from asr.config import Config
+from asr.decode import greedy_search
+from asr.hardware import autocast
+from asr.scoring import edit_distance
+from asr.text import normalize
+from asr.training.runtime import DistEnv, all_reduce
 
 __all__ = ["validate", "word_errors"]
 

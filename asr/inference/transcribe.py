@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .audio import audio_duration, load_audio, resample, speed_perturb
-from .config import DecodeConfig
-from .recognizer import Recognizer
+from asr.config import DecodeConfig
+from asr.features.audio import audio_duration, load_audio, resample, speed_perturb
+from asr.inference.recognizer import Recognizer
 
 __all__ = [
     "Segment",
@@ -110,7 +110,7 @@ def _windows_of_file(
 
 
 class Transcriber:
-    """A :class:`~asr.recognizer.Recognizer` with search settings; files or waveforms -> :class:`Transcript`."""
+    """A :class:`~asr.inference.Recognizer` with search settings; files or waveforms -> :class:`Transcript`."""
 
     def __init__(
         self,
@@ -134,7 +134,7 @@ class Transcriber:
 
     def _decode(self, wavs: list[torch.Tensor]) -> list[tuple[str, float]]:
         """(text, score) of each window; windows too short for the model decode to ("", 0.0)."""
-        from .data.dataset import collate
+        from asr.data.dataset import collate
 
         out = [("", 0.0)] * len(wavs)
         ok = [i for i, w in enumerate(wavs) if w.numel() >= int(MIN_SAMPLES_S * self.sample_rate)]
@@ -206,11 +206,11 @@ def transcribe(
 ) -> str | list[str]:
     """Text of one input (a path or a waveform tensor at ``sample_rate``) or a list of texts.
 
-    ``model_or_dir``: a :class:`~asr.recognizer.Recognizer` from ``asr.load_model`` or a model
+    ``model_or_dir``: a :class:`~asr.inference.recognizer.Recognizer` from ``asr.load_model`` or a model
     directory. Search settings default to the model's ``decode`` config section.
     """
     if isinstance(model_or_dir, str | os.PathLike):
-        from .checkpoint import load_model
+        from asr.inference import load_model
 
         rec = load_model(model_or_dir, device or "cpu")
     else:

@@ -1,17 +1,17 @@
 """The model's input features of a waveform, as a config's ``data`` section says: one place.
 
 Training (``asr.data.dataset``), CMVN statistics (``asr.data.cmvn``), decoding and transcription
-(``asr.transcribe``) all turn waveforms into features here, so a model is always fed what it was
-trained on: Kaldi's fbank (``asr.audio.fbank_batch``) or, for models imported from ESPnet, ESPnet's
-STFT log-mel (``asr.features_espnet``), as ``data.features`` says.
+(``asr.inference.transcribe``) all turn waveforms into features here, so a model is always fed what it was
+trained on: Kaldi's fbank (``asr.features.audio.fbank_batch``) or, for models imported from ESPnet, ESPnet's
+STFT log-mel (``asr.features.espnet``), as ``data.features`` says.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .audio import fbank_batch
-from .config import DataConfig
+from asr.config import DataConfig
+from asr.features.audio import fbank_batch
 
 __all__ = ["compute_features"]
 
@@ -23,7 +23,7 @@ def compute_features(waveforms: list[torch.Tensor], cfg: DataConfig, dither: flo
     from torch's global RNG.
     """
     if cfg.features == "espnet":  # ESPnet's STFT log-mel, for imported ESPnet models (no dither there)
-        from .features_espnet import espnet_fbank
+        from asr.features.espnet import espnet_fbank
 
         return [espnet_fbank(w, cfg.sample_rate, cfg.n_fft, cfg.win_length, cfg.hop_length, cfg.num_mel_bins)
                 for w in waveforms]

@@ -1,11 +1,9 @@
-#!/usr/bin/env python3
-"""Write a recipe's RESULTS.md: WER per set (from `asr score --json-out`), decoding settings,
-training time and hardware; or, with --loso, one table of the test WER of each held-out speaker.
+"""A recipe's RESULTS.md: WER per set (from ``asr score --json-out``), decoding settings, training
+time and hardware; or one table of the test WER of each held-out speaker (``--loso``).
 
-    python tools/results_table.py --exp EXP --model MODEL_DIR --sets dev test --decode "beam 10, CTC 0.3" \
-        --title "..." --out EXP/RESULTS.md
-    python tools/results_table.py --loso --exp-prefix recipes/fsdd/exp/transformer_ --speakers george jackson \
-        --title "..." --out recipes/fsdd/exp/transformer_loso.md      # reads EXP_<speaker>/avg5/decode_*/wer.json
+    asr results --exp EXP --model MODEL_DIR --sets dev test --decode "beam 10, CTC 0.3" --out EXP/RESULTS.md
+    asr results --loso --exp-prefix recipes/fsdd/exp/transformer_ --speakers george jackson \\
+        --out recipes/fsdd/exp/transformer_loso.md      # reads EXP_<speaker>/avg5/decode_*/wer.json
 """
 
 from __future__ import annotations
@@ -13,8 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
+
+__all__ = ["write_results"]
+
+
+class MissingResults(FileNotFoundError):
+    """A wer.json that the table needs is not there (the scoring stage has not run)."""
 
 
 def hardware() -> str:
@@ -61,28 +64,8 @@ def training_time(exp: Path) -> str:
     return "unknown"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--exp", type=Path)
-    ap.add_argument("--model", type=Path, help="model directory whose decode_<set>/wer.json are read")
-    ap.add_argument("--sets", nargs="+")
-    ap.add_argument("--decode", default="", help="decoding settings, as text")
-    ap.add_argument("--lm", type=Path, help="LM directory: adds the rows of MODEL/decode_lm_<set>/wer.json (decoded "
-                    "with it) and its perplexity per set (LM/ppl_<set>.json)")  # fmt: skip
-    ap.add_argument("--lm-decode", default="", help="decoding settings with the LM, as text")
-    ap.add_argument("--also", nargs=3, action="append", default=[], metavar=("FOLDER", "LABEL", "DECODING"),
-                    help="more rows: MODEL/FOLDER_<set>/wer.json, labelled '<set> LABEL' (--loso: a column), "
-                    "decoded as DECODING (text); repeatable")  # fmt: skip
-    ap.add_argument("--also-for", nargs=4, action="append", default=[], metavar=("SET", "FOLDER", "LABEL", "DECODING"),
-                    help="as --also, for one set only (e.g. a model adapted to the test set); --loso: a column when "
-                    "SET is test")  # fmt: skip
-    ap.add_argument("--title", default="Results")
-    ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--loso", action="store_true", help="one row per held-out speaker (--exp-prefix, --speakers)")
-    ap.add_argument("--exp-prefix", default="", help="--loso: experiment folders are PREFIX<speaker>")
-    ap.add_argument("--speakers", nargs="+", default=[])
-    ap.add_argument("--model-name", default="avg5", help="--loso: the model directory inside each experiment")
-    args = ap.parse_args(argv)
+def write_results(args: argparse.Namespace) -> Path:
+    """Write the table that ``args`` (the options of ``asr results``) describe to ``args.out``."""
     also_for = {}  # set -> its own (folder, label, decoding) rows
     for name, *row in args.also_for:
         also_for.setdefault(name, []).append(tuple(row))
@@ -90,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         args.also = args.also + also_for.get("test", [])
         return loso_table(args)
     if not (args.exp and args.model and args.sets):
-        ap.error("--exp, --model and --sets are required (or --loso)")
+        raise ValueError("--exp, --model and --sets are required (or --loso)")
 
     variants = [("decode", "")] + [(folder, f" {label}") for folder, label, _ in args.also]
     if args.lm:
@@ -98,14 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     rows, lm_lines = [], []
     unknown = set(also_for) - set(args.sets)
     if unknown:
-        ap.error(f"--also-for names set(s) {', '.join(sorted(unknown))}, not among --sets {' '.join(args.sets)}")
+        names, sets = ", ".join(sorted(unknown)), " ".join(args.sets)
+        raise ValueError(f"--also-for names set(s) {names}, not among --sets {sets}")
     for name in args.sets:
         for folder, suffix in variants + [(folder, f" {label}") for folder, label, _ in also_for.get(name, [])]:
             label = name + suffix
             f = args.model / f"{folder}_{name}" / "wer.json"
             if not f.is_file():
-                print(f"results_table: {f} is missing (run the scoring stage)", file=sys.stderr)
-                return 2
+                raise MissingResults(f"{f} is missing (run the scoring stage)")
             r = json.loads(f.read_text())
             lo, hi = r.get("wer_ci95", [float("nan")] * 2)
             rows.append(
@@ -139,10 +122,11 @@ def main(argv: list[str] | None = None) -> int:
         ]
     )
     args.out.write_text(text, encoding="utf-8")
-    return 0
+    return args.out
 
 
-def loso_table(args: argparse.Namespace) -> int:
+
+def loso_table(args: argparse.Namespace) -> Path:
     """Test WER of every held-out speaker, their mean and the worst, with training time and setup; one more
     column (and summary line) per ``--also`` decoding of the same models."""
     also = [(folder, label) for folder, label, _ in args.also]
@@ -168,8 +152,7 @@ def loso_table(args: argparse.Namespace) -> int:
         rows.append(f"| {spk} | **{t['wer']:.2f}** | {lo:.2f}-{hi:.2f} | {t['sub']} / {t['del']} / {t['ins']} |{extra} "
                     f"{dev} | {training_time(exp)} |")  # fmt: skip
     if missing:
-        print("results_table: missing " + ", ".join(missing), file=sys.stderr)
-        return 2
+        raise MissingResults("missing " + ", ".join(missing))
 
     def summary(w: list[float]) -> str:
         return f"mean **{sum(w) / len(w):.2f}**, worst **{max(w):.2f}** over {len(w)} speakers"
@@ -196,8 +179,6 @@ def loso_table(args: argparse.Namespace) -> int:
         ]
     )
     args.out.write_text(text, encoding="utf-8")
-    return 0
+    return args.out
 
 
-if __name__ == "__main__":
-    sys.exit(main())

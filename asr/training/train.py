@@ -39,23 +39,24 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import speed
-from .atomic import atomic_write_text, remove_stale_temporaries
-from .checkpoint import (
-    atomic_save,
-    check_state_fits,
-    checkpoint_path,
-    init_files,
-    load_latest_checkpoint,
-    load_weights,
-    prune_checkpoints,
-    update_best,
+from asr import speed
+from asr.atomic import atomic_write_text, remove_stale_temporaries
+from asr.checkpoint import atomic_save, check_state_fits, init_files, load_weights
+from asr.config import Config
+from asr.hardware import autocast, cpu_info, resolve_precision
+from asr.training.checkpoints import checkpoint_path, load_latest_checkpoint, prune_checkpoints, update_best
+from asr.training.optim import build_optimizer
+from asr.training.runtime import (
+    LOG_FILE,
+    DistEnv,
+    MetricsLog,
+    StopFlag,
+    all_reduce,
+    rng_state,
+    set_rng_state,
+    setup_distributed,
 )
-from .config import Config
-from .hardware import autocast, cpu_info, resolve_precision
-from .optim import build_optimizer
-from .runtime import LOG_FILE, DistEnv, MetricsLog, StopFlag, all_reduce, rng_state, set_rng_state, setup_distributed
-from .task import ASRTask
+from asr.training.task import ASRTask
 
 __all__ = ["train", "setup_distributed", "TrainingAborted", "LOG_FILE"]
 
@@ -72,7 +73,7 @@ def train(cfg: Config, out: str | os.PathLike, resume: bool = False, device: str
     """Train ``cfg`` into the experiment directory ``out``; continue from its newest checkpoint if
     it has one (``resume=True`` insists that it does). Returns a summary (step, epoch, metrics).
     Exits early, after saving a checkpoint, on SIGTERM/SIGINT (``summary["stopped_by"]``).
-    ``task``: what is learnt (``asr.task``); the speech recogniser (:class:`ASRTask`) by default."""
+    ``task``: what is learnt (``asr.training.task``); the speech recogniser (:class:`ASRTask`) by default."""
     joined = dist.is_available() and dist.is_initialized()
     env = setup_distributed(device)
     summary = Trainer(cfg, Path(out), resume, env, task).run()
@@ -103,7 +104,7 @@ class StepStats:
 class Trainer:
     """One training run: setup in ``__init__``, then :meth:`run` = epochs of :meth:`train_step` and
     :meth:`end_epoch`; :meth:`save` writes a checkpoint that resumes exactly. What is learnt (model,
-    data, validation, model directory) comes from ``task`` (``asr.task``)."""
+    data, validation, model directory) comes from ``task`` (``asr.training.task``)."""
 
     def __init__(self, cfg: Config, exp: Path, resume: bool, env: DistEnv, task=None):
         self.task = task = task or ASRTask(cfg)
@@ -295,7 +296,7 @@ class Trainer:
             )
 
     def _check_skip_ratio(self) -> None:
-        from .data.dataset import check_skip_ratio
+        from asr.data.dataset import check_skip_ratio
 
         c = self.counters
         ratio = getattr(self.cfg.data, "max_skip_ratio", 0.0)  # an LM's text has no unreadable files

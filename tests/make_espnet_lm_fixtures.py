@@ -5,7 +5,7 @@ each LM (``LMTask.build_model`` from its argument namespace), trains it for a fe
 the transcripts of the LibriSpeech utterances in ../shared/data (so its outputs are peaked and
 fusion changes the search), and saves it in ESPnet's layout (``exp/lm_train/config.yaml``,
 ``exp/lm_train/valid.loss.ave.pth``). The token list and BPE model are the ``trained_100h`` ASR
-fixture's (tests/fixtures/espnet, written by tools/espnet_fixtures.py), so the LMs fuse with it.
+fixture's (tests/fixtures/espnet, written by tests/make_espnet_fixtures.py), so the LMs fuse with it.
 ESPnet then computes:
 
     log_probs       log-softmax of the LM's full forward on [sos] + y for each transcript  (U + 1, V)
@@ -19,7 +19,7 @@ LMs (tests/fixtures/espnet_lm/<name>/):
                     embedding smaller than att_unit), small
     seq_rnn         SequentialRNNLM (LSTM, unit != nhid), small
 
-    tools/peers/.venv/bin/python tools/espnet_lm_fixtures.py [--only transformer|seq_rnn]
+    tools/peers/.venv/bin/python tests/make_espnet_lm_fixtures.py [--only transformer|seq_rnn]
 """
 
 from __future__ import annotations
@@ -35,9 +35,7 @@ import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tools")]
-
-from espnet_fixtures import data_root, librispeech_utterances, quiet_espnet, read_wav  # noqa: E402
+from make_espnet_fixtures import data_root, librispeech_utterances, quiet_espnet, read_wav
 
 ASR_FIXTURE = ROOT / "tests" / "fixtures" / "espnet" / "trained_100h"
 OUT = ROOT / "tests" / "fixtures" / "espnet_lm"

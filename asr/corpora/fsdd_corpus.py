@@ -16,9 +16,9 @@ import re
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from ..atomic import atomic_write_text
-from .download import ChecksumError, FetchError, download, extract, read_sha256sums, verify_sha256sums
-from .librispeech import PrepareError
+from asr.atomic import atomic_write_text
+from asr.corpora.download import ChecksumError, FetchError, download, extract, read_sha256sums, verify_sha256sums
+from asr.corpora.librispeech import PrepareError
 
 __all__ = ["BUNDLED_FSDD", "FSDD_COMMIT", "FSDD_URL", "find_recordings", "verify_fsdd", "download_fsdd"]
 
