@@ -30,6 +30,8 @@ __all__ = ["CpuInfo", "cpu_info", "resolve_precision", "autocast"]
 log = logging.getLogger(__name__)
 
 
+MKL_VENDOR_ID = "GenuineIntel"  # the CPUID vendor id of the CPUs MKL tunes its kernels for
+
 # oneDNN ISA limits (ONEDNN_MAX_CPU_ISA) that still allow native bf16 instructions
 _ONEDNN_BF16_ISAS = ("AVX512_CORE_BF16", "AVX512_CORE_AMX", "AVX512_CORE_AMX_FP16", "AVX10_1_512", "AVX10_1_512_AMX",
                      "AVX10_1_512_AMX_FP16", "AVX10_2_512", "AVX10_2_512_AMX_2", "ALL", "DEFAULT")  # fmt: skip
@@ -37,11 +39,11 @@ _ONEDNN_BF16_ISAS = ("AVX512_CORE_BF16", "AVX512_CORE_AMX", "AVX512_CORE_AMX_FP1
 
 @dataclass(frozen=True)
 class CpuInfo:
-    """What PyTorch and oneDNN report about this CPU (``vendor`` and ``model`` are for display and
-    for the one vendor-specific choice: MKL's fp32 products on non-Intel CPUs, see asr.model.fast)."""
+    """What PyTorch and oneDNN report about this CPU (``model`` is for display; ``vendor`` for the one
+    vendor-specific choice, :attr:`mkl_tuned`)."""
 
-    model: str  # e.g. "AMD EPYC 9B14": printed, never parsed
-    vendor: str  # "GenuineIntel", "AuthenticAMD", ... ("" where unknown)
+    model: str  # the processor's model name: printed, never parsed
+    vendor: str  # the CPUID vendor id ("" where unknown)
     capability: str  # ATen's kernels: "DEFAULT", "AVX2", "AVX512" (ATEN_CPU_CAPABILITY can lower it)
     avx512: bool
     avx512_bf16: bool  # the CPU has the instructions...
@@ -55,6 +57,12 @@ class CpuInfo:
         """bf16 arithmetic in hardware, usable by oneDNN: bf16 is then faster than fp32, not 90x slower."""
         isa_ok = not self.onednn_max_isa or self.onednn_max_isa.upper() in _ONEDNN_BF16_ISAS
         return (self.avx512_bf16 or self.amx) and self.onednn_bf16 and isa_ok
+
+    @property
+    def mkl_tuned(self) -> bool:
+        """MKL runs its tuned fp32 kernels here: it dispatches them by the CPUID vendor id alone, and
+        on any other vendor's CPU takes a generic code path (asr.model.fast.onednn_linear)."""
+        return self.vendor == MKL_VENDOR_ID
 
     @property
     def avx512_kernels(self) -> bool:

@@ -259,7 +259,7 @@ def make_model(name: str, conf: dict, root: Path, train_utts: list[dict]) -> Pat
     return model_dir
 
 
-def train(model, wavs, texts, tokens, bpe) -> None:
+def train(model, wavs, texts, tokens, bpe, steps: int = TRAIN_STEPS) -> None:
     """A few hundred Adam steps of ESPnet's own forward on batches of these utterances."""
     from espnet2.text.build_tokenizer import build_tokenizer
     from espnet2.text.token_id_converter import TokenIDConverter
@@ -270,7 +270,7 @@ def train(model, wavs, texts, tokens, bpe) -> None:
     g = torch.Generator().manual_seed(0)
     model.train()
     t0 = time.time()
-    for step in range(TRAIN_STEPS):
+    for step in range(steps):
         idx = torch.randperm(len(wavs), generator=g)[:8].tolist()
         speech, lens = pad_batch([wavs[i] for i in idx])
         text = torch.nn.utils.rnn.pad_sequence([ids[i] for i in idx], batch_first=True, padding_value=-1)
@@ -280,7 +280,7 @@ def train(model, wavs, texts, tokens, bpe) -> None:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
         opt.step()
-        if step % 50 == 0 or step == TRAIN_STEPS - 1:
+        if step % 50 == 0 or step == steps - 1:
             log(f"  step {step}: loss {float(loss):.2f} acc {float(stats['acc']):.3f} ({time.time() - t0:.0f} s)")
     model.eval()
 

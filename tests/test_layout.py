@@ -1,8 +1,10 @@
-"""The package's shape: no import circle between modules, few modules at the root."""
+"""The package's shape: no import circle between modules, few modules at the root, no CPU names or
+measured ratios in the library's text (those live in docs/performance.md)."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ASR = Path(__file__).resolve().parents[1] / "asr"
@@ -66,3 +68,12 @@ def test_no_import_circle_between_modules():
 def test_at_most_twelve_modules_at_the_root():
     root = sorted(p.name for p in ASR.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
     assert len(root) <= 12, root
+
+
+def test_library_text_names_no_cpu_and_no_measured_ratio():
+    pattern = re.compile(r"EPYC|Xeon|AMD|Intel|[0-9]\.[0-9]+x")
+    # The one exception is data, not prose: the CPUID vendor id that MKL's kernel dispatch keys on.
+    allowed = 'MKL_VENDOR_ID = "GenuineIntel"'
+    hits = [f"{p.relative_to(ASR.parent)}:{i}: {line.strip()}" for p in sorted(ASR.rglob("*.py"))
+            for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line) and allowed not in line]
+    assert not hits, "\n".join(hits)

@@ -6,12 +6,10 @@ import torch
 from torch import nn
 
 from asr import speed
-from asr.model import fast
 from asr.model.attention import MultiHeadAttention, lengths_to_keep_mask
-from asr.model.fast import mkl_packed
+from asr.model.fast import FeedForward
 from asr.model.fast import onednn_linear as linear_mod
 from asr.model.fast.cheap_dropout import Dropout, dropout, effective_p, keep_mask
-from asr.model.transformer import FeedForward
 
 
 @pytest.fixture(autouse=True)
@@ -155,7 +153,7 @@ def test_encoder_ffn_on_real_frames_only_equals_every_frame(pre_norm):
         torch.testing.assert_close(g, g_ref, atol=1e-5, rtol=1e-4)
     layer = enc.layers[0]
     calls = []
-    layer.ffn.register_forward_hook(lambda m, i, o: calls.append(i[0].shape[:-1].numel()))
+    layer.ffn[3].register_forward_hook(lambda m, i, o: calls.append(i[0].shape[:-1].numel()))
     for grad, lengths in ((True, lens), (True, torch.full((3,), 11)), (False, lens)):
         with torch.set_grad_enabled(grad), speed.override(real_frames=True):
             enc(x, lengths)
@@ -298,23 +296,7 @@ def test_training_and_inference_products_follow_their_own_paths():
 
 
 @onednn
-def test_big_inference_products_alone_take_onednn():
-    """onednn_big_inference: outside autograd, products of at least BIG_ROWS rows (a batch's encoder)
-    in oneDNN, a decoder step's few rows in MKL; training's products are not its business."""
-    w = torch.randn(256, 256)
-    big, few = torch.randn(linear_mod.BIG_ROWS, 256), torch.randn(linear_mod.BIG_ROWS - 1, 256)
-    with speed.override(onednn_inference=False, onednn_big_inference=True, onednn_linear=False), torch.no_grad():
-        assert linear_mod._use_onednn(big, w) and linear_mod._use_onednn(big.view(4, -1, 256), w)
-        assert not linear_mod._use_onednn(few, w)
-    with speed.override(onednn_inference=False, onednn_big_inference=True, onednn_linear=False):
-        assert not linear_mod._use_onednn(big, w.requires_grad_(True))  # recorded: onednn_linear decides
-    with speed.override(onednn_inference=False, onednn_big_inference=False), torch.no_grad():
-        assert not linear_mod._use_onednn(big, w)
-
-
-@onednn
-@pytest.mark.parametrize("paths", [{"onednn_inference": True},
-                                   {"onednn_inference": False, "onednn_big_inference": False}])
+@pytest.mark.parametrize("paths", [{"onednn_inference": True}, {"onednn_inference": False}])
 def test_feedforward_inference_with_the_relu_in_the_product_equals_the_reference(paths):
     """In inference the FFN's first product carries its ReLU (``linear_relu``): the plain modules' values
     to float32 rounding, in oneDNN and in MKL; with autograd recording, the training path."""
@@ -327,8 +309,8 @@ def test_feedforward_inference_with_the_relu_in_the_product_equals_the_reference
         assert linear_mod._use_onednn(x, ffn[0].weight) == paths["onednn_inference"]
     w = ffn[0].weight
     ref_relu = torch.relu(x @ w.t() + ffn[0].bias)
-    torch.testing.assert_close(fast.linear_relu(x, w, ffn[0].bias), ref_relu, rtol=1e-5, atol=1e-5)
-    assert fast.linear_relu(x, w, ffn[0].bias).requires_grad  # recorded: F.relu(linear(...)), differentiable
+    torch.testing.assert_close(linear_mod.linear_relu(x, w, ffn[0].bias), ref_relu, rtol=1e-5, atol=1e-5)
+    assert linear_mod.linear_relu(x, w, ffn[0].bias).requires_grad  # recorded: F.relu(linear(...)), differentiable
 
 
 @onednn
@@ -377,70 +359,6 @@ def test_inference_products_pack_the_weight_once_and_notice_every_change():
         made_there = torch.randn(2048, 256) / 16  # a Linear's scale, as the products above (atol 1e-5 fits it)
         assert linear_mod.packed_weight(made_there) is made_there  # no version counter: the plain weight
         torch.testing.assert_close(linear_mod.linear(x, made_there), x @ made_there.t(), rtol=1e-5, atol=1e-5)
-
-
-mkl = pytest.mark.skipif(not mkl_packed.available(), reason="this torch build has no MKL packed product")
-
-
-@mkl
-@pytest.mark.parametrize("bias", [True, False])
-def test_mkl_packed_products_pack_per_row_count_and_notice_every_change(bias):
-    """mkl_packed_inference: a weight is packed for a row count at its second call in a row with it,
-    values equal F.linear's to float32 rounding, and any write to the weight makes a new packed copy."""
-    torch.manual_seed(0)
-    lin = linear_mod.Linear(256, 2048, bias=bias)
-    x10, x7, x1 = torch.randn(10, 1, 256), torch.randn(7, 256), torch.randn(1, 256)
-
-    def packed_rows():
-        hit = mkl_packed._cache.get(id(lin.weight))
-        return None if hit is None or hit[3] is None else hit[3][0]
-
-    def check(x):
-        torch.testing.assert_close(lin(x), nn.functional.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
-
-    with speed.override(onednn_inference=False, onednn_big_inference=False), torch.no_grad():
-        check(x10)
-        assert packed_rows() is None  # one call: plain
-        check(x10)
-        assert packed_rows() == 10  # the second with 10 rows: packed
-        check(x7)
-        assert packed_rows() == 10  # 7 rows once: plain, the copy for 10 kept
-        check(x7)
-        check(x7)
-        assert packed_rows() == 7
-        check(x1)  # a single row: the plain matrix-vector product
-        assert packed_rows() == 7
-        for x in (x10, x7, x10, x7):  # rows alternating: never two calls in a row with 10, the copy for 7 kept
-            check(x)
-            assert packed_rows() == 7
-        other = linear_mod.Linear(256, 2048, bias=bias)
-        for change in (lambda: lin.weight.mul_(0.5), lambda: lin.load_state_dict(other.state_dict())):
-            change()
-            check(x7)
-            assert packed_rows() is None  # a changed weight forgets its packed copy
-            check(x7)
-            check(x7)
-            assert packed_rows() == 7
-    lin(x7).sum().backward()  # recorded: F.linear, with gradients
-    assert lin.weight.grad is not None
-    with speed.override(onednn_inference=False, onednn_big_inference=False, mkl_packed_inference=False):
-        lin2 = linear_mod.Linear(256, 64)
-        with torch.no_grad():
-            for _ in range(3):
-                lin2(x7)
-        assert id(lin2.weight) not in mkl_packed._cache  # path off: nothing packed
-
-
-@mkl
-def test_mkl_packed_cache_lets_go_of_dead_weights():
-    with speed.override(onednn_inference=False, onednn_big_inference=False), torch.no_grad():
-        w = torch.randn(64, 32)
-        for _ in range(2):
-            mkl_packed.linear(torch.randn(5, 32), w)
-        key = id(w)
-        assert mkl_packed._cache[key][3] is not None
-        del w
-        assert key not in mkl_packed._cache
 
 
 @onednn

@@ -53,6 +53,7 @@ def _assert_outputs_ignored(recipe: Path) -> None:
     git = ["git", "-C", str(REPO)]
     tracked = subprocess.run([*git, "ls-files", f"recipes/{recipe.name}"], capture_output=True, text=True, check=True)
     own = {str(Path(f).relative_to(f"recipes/{recipe.name}")) for f in tracked.stdout.split()}
+    own |= {str(parent) for f in list(own) for parent in Path(f).parents if str(parent) != "."}  # tracked folders
     made = [f"recipes/{recipe.name}/{p.relative_to(recipe)}" + "/" * p.is_dir()
             for p in sorted(recipe.rglob("*")) if str(p.relative_to(recipe)) not in own]  # fmt: skip
     assert made, "the run wrote nothing?"

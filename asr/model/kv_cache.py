@@ -15,7 +15,7 @@ kernel on first touch, which cost more than the language model's matrix products
 
 On a CPU the buffer is fp32 even under bf16 autocast, and the attention over it runs in fp32: in
 torch 2.14 the CPU's bf16 ``scaled_dot_product_attention`` for one query over a short history is
-3.5-5x slower than fp32 (measured on an AMD EPYC with AVX512-BF16), and the history is small.
+several times slower than fp32, and the history is small.
 
 The cache is consumed by what it returns: :meth:`index_select` hands its buffer to the new cache
 (as the spare, when it copied into the other), so only the returned cache may be used afterwards

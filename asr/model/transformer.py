@@ -9,24 +9,10 @@ from torch import nn
 
 from asr.model import fast
 from asr.model.attention import MultiHeadAttention, SinusoidalPositions, causal_keep_mask, lengths_to_keep_mask
-from asr.model.fast import Dropout, Linear
+from asr.model.fast import Dropout, FeedForward, Linear
 from asr.model.kv_cache import KVCache, KVSlot
 
 __all__ = ["Encoder", "Decoder", "DecoderCache", "DecoderLayer"]
-
-
-class FeedForward(nn.Sequential):
-    """Position-wise FFN: Linear, ReLU, dropout, Linear (ReLU and dropout as one step keeping one tensor)."""
-
-    def __init__(self, d_model: int, ffn_dim: int, dropout: float):
-        super().__init__(Linear(d_model, ffn_dim), nn.ReLU(), Dropout(dropout), Linear(ffn_dim, d_model))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        w1, _, drop, w2 = self
-        plain = isinstance(w1, nn.Linear)  # not a quantized stand-in (asr.lm.quantize)
-        if plain and not torch.is_grad_enabled() and not (self.training and drop.p > 0):  # inference: one step
-            return w2(fast.linear_relu(x, w1.weight, w1.bias))
-        return w2(fast.relu_dropout(w1(x), drop.p, self.training))  # = w2(drop(relu(w1(x))))
 
 
 class EncoderLayer(nn.Module):
@@ -41,13 +27,13 @@ class EncoderLayer(nn.Module):
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
         self.dropout = Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, keep_mask: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
-        """``real``: the real frames' rows of (B * T, D), for ``fast.on_real_frames`` (None: all)."""
+    def forward(self, x: torch.Tensor, keep_mask: torch.Tensor | None) -> torch.Tensor:
+        """``keep_mask``: (B, 1, 1, T), True on real frames (None: every frame is real)."""
         if self.pre_norm:
             x = x + self.dropout(self.attn(self.norm1(x), keep_mask))
-            return x + self.dropout(fast.on_real_frames(lambda h: self.ffn(self.norm2(h)), x, real))
+            return x + self.dropout(self.ffn(self.norm2(x), keep_mask))
         x = self.norm1(x + self.dropout(self.attn(x, keep_mask)))
-        return self.norm2(x + self.dropout(fast.on_real_frames(self.ffn, x, real)))
+        return self.norm2(x + self.dropout(self.ffn(x, keep_mask)))
 
 
 class Encoder(nn.Module):
@@ -69,16 +55,15 @@ class Encoder(nn.Module):
     def forward(self, x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:  # (B, T, D), (B,)
         keep = memory_keep_mask(x, lens)  # (B, 1, 1, T) or None
         x = self.pos(x)
-        real = None if keep is None else fast.real_rows(keep, x)  # in training on CPU, the FFNs skip padding
         for layer in self.layers:
-            x = layer(x, keep, real)
+            x = layer(x, keep)
         return self.norm(x)  # (B, T, D)
 
 
 def memory_keep_mask(x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor | None:
     """(B, 1, 1, T) attention mask, True on each utterance's frames of x (B, T, ...); None on a CPU
     when no frame is padding (one utterance, or a batch of equal lengths): an all-True mask only
-    costs time (SDPA 1.1x slower with it). On a GPU the mask is always made (checking would sync)."""
+    costs time (SDPA is slower with it). On a GPU the mask is always made (checking would sync)."""
     keep = lengths_to_keep_mask(lens, x.shape[1])[:, None, None, :]
     return None if x.device.type == "cpu" and bool(keep.all()) else keep
 
@@ -178,8 +163,7 @@ class Decoder(nn.Module):
     def init_cache(self, memory: torch.Tensor, memory_lens: torch.Tensor) -> DecoderCache:
         """Cross-attention keys/values of every layer for ``memory`` (N, S, D), computed once, each
         head's contiguous: every step reads them all, mostly from memory rather than cache, and a
-        head's keys in one block read faster than every 256 bytes of a (S, 2 x D) row (cross-attention
-        1.3x faster so on an Intel Xeon limited to AVX2, docs/performance.md)."""
+        head's keys in one block read faster than every 256 bytes of a (S, 2 x D) row."""
         return DecoderCache(
             self_kv=KVCache(len(self.layers)),
             cross_kv=[tuple(t.contiguous() for t in layer.cross_attn.project_kv(memory)) for layer in self.layers],

@@ -1,20 +1,18 @@
 """Dropout whose random mask is cheap on CPU.
 
 PyTorch's CPU dropout draws one number per element from its Mersenne Twister in a serial loop
-(Intel CPUs get MKL's vectorised generator instead): about 5 ns per element here, 14% of a
-training step of the 100 h model. :func:`keep_mask` draws 64 random bits per four elements from
-the same generator (so seeding, checkpointed RNG state and exact resume work as before) and
-compares each 16-bit quarter with a threshold: four times fewer draws, about 2.5x faster. The
+(where MKL's tuned kernels run, MKL's vectorised generator instead): a large share of a training
+step. :func:`keep_mask` draws 64 random bits per four elements from the same generator (so
+seeding, checkpointed RNG state and exact resume work as before) and compares each 16-bit
+quarter with a threshold: four times fewer draws. The
 drop probability is rounded to a multiple of 1/65536 (0.1 becomes 0.100006) and kept values
 are scaled by 1 / (1 - that probability).
 
 The comparison writes the mask as 1s and 0s in the input's dtype, and one ``addcmul`` makes
 x * mask * scale in one pass over x, forward and backward (backward keeps that mask).
 ``where(mask, x, 0)`` runs element by element on CPU, and a product with a uint8 mask first
-copies the mask to the input's dtype. On an Intel Xeon the 100 h model's fp32 training step ran
-1.05x faster at the full ISA and 1.02x limited to AVX2 than with ``where`` and a bool mask (the
-same masks and values; scratch A/B in one process, README Performance). Other devices, and CPUs
-where the speed path ``cheap_dropout`` is off (``asr.speed``), use ``F.dropout``.
+copies the mask to the input's dtype. Other devices, and CPUs where the speed path
+``cheap_dropout`` is off (``asr.speed``), use ``F.dropout``.
 """
 
 from __future__ import annotations

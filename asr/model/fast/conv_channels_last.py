@@ -2,38 +2,32 @@
 
 The first convolution (one input channel, a 9-wide reduction that oneDNN runs memory-bound) is one
 GEMM over 3x3 patches that writes channels-last (in fp32 oneDNN's, with the bias and ReLU fused
-into its one pass over the output: 16-21 ms against 38-42 ms for ``addmm`` and ReLU on 16 x 10 s of
-the 100 h model, on an AMD EPYC at its full ISA and limited to AVX2); the second runs channels-last with channels-last
-weights (oneDNN ran it at 447 GFLOP/s against 208 in NCHW on an AMD EPYC). In plain fp32 training
-the backward is written out (:class:`_ConvStackChannelsLast`): oneDNN's own fp32 channels-last
-weight gradient was slow (0.50 s), so that gradient is one matrix product over the 3x3 input
-patches. The output is the NCHW tensor ``relu(conv2(relu(conv1(x))))`` (in channels-last memory);
-values and gradients equal the reference to float32 rounding
+into its one pass over the output); the second runs channels-last with channels-last weights,
+oneDNN's fast layout. In plain fp32 training the backward is written out
+(:class:`_ConvStackChannelsLast`): oneDNN's own fp32 channels-last weight gradient is slow, so that
+gradient is one matrix product over the 3x3 input patches. The output is the NCHW tensor
+``relu(conv2(relu(conv1(x))))`` (in channels-last memory); values and gradients equal the
+reference to float32 rounding
 (``tests/test_perf_equivalence.py::test_conv2d_frontend_cpu_paths_match_nchw_reference``).
-Measured with ``tools/bench_paths.py``: 1.22-1.25x on the FSDD training step, 1.13-1.17x on the
-100 h one, with AVX-512 and limited to AVX2.
 
 Outside autograd (decoding), where the speed path ``conv_patch_gemm`` is on, both convolutions run
 in chunks of about :data:`PATCH_ROWS` output positions (:func:`_conv_stack_in_chunks`): the first
 convolution's rows that a chunk needs, then the second as one oneDNN product over their 3x3
 patches with its kernel packed once. The first convolution's whole output (320 MB for 16 x 10 s)
 is never written and read back. Only for wide convolutions with a big first output
-(:data:`CHUNK_MIN_CHANNELS`, :data:`CHUNK_MIN_ELEMENTS`): on an AMD EPYC the chunks made 8 x 10 s
-of the 100 h model's decoding 1.11x faster limited to AVX2 and 1.06-1.07x at the full ISA, on an
-Intel Xeon with AMX 1.08x and 1.03x (``tools/bench_paths.py --models decode``), but one utterance
-of 10 s and FSDD's 64 channels, whose convolutions fit in cache, slower (frontend alone, limited
-to AVX2); the thresholds keep those on oneDNN's convolution.
-Values equal the reference's to float32 rounding (tested with the rest of the frontend).
+(:data:`CHUNK_MIN_CHANNELS`, :data:`CHUNK_MIN_ELEMENTS`): convolutions that fit in cache (one
+utterance of 10 s, FSDD's 64 channels) are faster whole, so the thresholds keep those on oneDNN's
+convolution. Values equal the reference's to float32 rounding (tested with the rest of the frontend).
 
 In fp32 training, where the speed path ``conv_patch_train`` is on, the second convolution runs the
 same way over the first one's output (which backward needs whole anyway:
 :func:`_conv2_in_chunks`), and its weight gradient sums chunk by chunk
 (:func:`_conv2_weight_grad_in_chunks`) instead of one product over all 3x3 windows at once (350 MB
-for 8 x 10 s written and read back). On an Intel Xeon limited to AVX2, where oneDNN's channels-last
-convolution ran at 125 GFLOP/s and the products at 190, the 100 h step ran 1.06x faster; at its full
-ISA 0.995x (``asr.speed``). With the speed path ``real_frames`` the chunks stop at each utterance's
-last real output frame (the ``real`` counts from the frontend) and the frames after it are left
-0: nothing reads them, their gradient is 0 (``real_frames.py``).
+for 8 x 10 s written and read back): where oneDNN's channels-last convolution has no AVX-512
+kernels, plain products over patches are faster. With the speed path ``real_frames`` the chunks
+stop at each utterance's last real output frame (the ``real`` counts from the frontend) and the
+frames after it are left 0: nothing reads them, their gradient is 0 (``real_frames.py``).
+docs/performance.md has the measurements.
 """
 
 from __future__ import annotations
@@ -206,10 +200,8 @@ def _conv2_weight_grad_in_chunks(h_cl: torch.Tensor, gz_cl: torch.Tensor, real: 
     """The second convolution's weight gradient as a (C_out, 3 * 3 * C_in) matrix: the sum over the
     output positions of gz times their 3x3 input windows, chunk by chunk of :func:`_window_chunks`,
     instead of all windows at once (350 MB for 8 x 10 s). h_cl (B, T1, F1, C_in), gz_cl (B, T2, F2,
-    C_out). Summed as its transpose, windows^T gz (9 C_in x C_out): on an AMD EPYC limited to AVX2,
-    MKL ran that product at 183-191 GFLOP/s against 154-161 for gz^T windows, the same sums (the
-    100 h training step 1.02x and 1.03x faster in ``tools/bench_trees.py --work train``,
-    docs/performance.md). Returned as a view of that sum, (C_out, 9 C_in)."""
+    C_out). Summed as its transpose, windows^T gz (9 C_in x C_out), whose tall-and-thin product MKL
+    runs faster than gz^T windows (the same sums). Returned as a view of that sum, (C_out, 9 C_in)."""
     _, t2, f2, c2 = gz_cl.shape
     gw_t = gz_cl.new_zeros(9 * h_cl.shape[3], c2)
     for i, s, p in _window_chunks(h_cl, t2, f2, real):  # gz is 0 on the frames left out

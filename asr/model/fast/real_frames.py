@@ -13,12 +13,8 @@ without AVX-512 kernels); they are left 0 (``asr.model.fast.conv_channels_last``
 
 Only where autograd records (training) on a CPU, under the speed path ``real_frames``: outside
 autograd (decoding, validation) every frame runs as before, and on a GPU finding the real frames
-would make the host wait for the device. Measured on an Intel Xeon (AVX-512, AMX), 2 threads
-(``tools/bench_paths.py --models fsdd,100h --paths real_frames --reps 7``): the 100 h model's
-step on 4 x 1000 frames (lengths 850-1000) 1.03x faster at the full ISA, 1.02x limited to AVX2
-with the FFNs alone and 1.05x with the convolution too; FSDD's step 1.00-1.03x. On an AMD EPYC
-(AVX-512, AVX512-BF16), the same command: 1.04x at the full ISA, 1.06x and 1.13x limited to AVX2
-in two runs (the FFNs alone), FSDD's 1.00-1.01x.
+would make the host wait for the device. Measured with ``tools/bench_paths.py --paths real_frames``
+(docs/performance.md).
 """
 
 from __future__ import annotations
