@@ -34,7 +34,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from common import REPO, find_data_root, json_line, librispeech_flacs, machine, mem_mb, model_100h, print_table
+
 PEERS_PY = REPO / "tools" / "peers" / ".venv" / "bin" / "python"
 OURS_PY = Path(sys.executable)
 VOCAB = 500
@@ -57,16 +58,6 @@ def train_batch(batch: int = 8, frames: int = 1000, min_frames: int = 850, vocab
     return feats, feat_lens, tokens, token_lens
 
 
-def _mem_mb() -> tuple[float, float]:
-    """(current RSS, peak RSS) of this process in MB, from /proc."""
-    fields = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        k, _, v = line.partition(":")
-        if k in ("VmRSS", "VmHWM"):
-            fields[k] = int(v.split()[0]) / 1024
-    return fields["VmRSS"], fields["VmHWM"]
-
-
 def _set_threads(n: int) -> None:
     import torch
 
@@ -82,20 +73,13 @@ def _build_train(system: str):
     feats, feat_lens, tokens, token_lens = train_batch()
     torch.manual_seed(0)  # the same weights in every process (torch's own start seed varies)
     if system.startswith("ours"):
-        from asr.config import load_config
-        from asr.model import ASRModel
-
-        cfg = load_config(REPO / "configs" / "librispeech" / "transformer_100h.yaml").model
-        cfg.vocab_size = VOCAB
-        cfg.frontend = system.split("-")[1]
-        model = ASRModel(cfg)
+        model = model_100h(system.split("-")[1], VOCAB)
         batch = (feats, feat_lens, tokens, token_lens)
 
         def loss_fn(m, b):
             return m(*b)["loss"]
 
         return model, loss_fn, batch
-    sys.path.insert(0, str(REPO / "tools"))
     from peers.models import BUILDERS, Batch
 
     build, loss_fn = BUILDERS[system]
@@ -109,7 +93,7 @@ def worker_train(system: str, precision: str, threads: int, steps: int, warmup: 
     _set_threads(threads)
     model, loss_fn, batch = _build_train(system)
     model.train()
-    rss_built, _ = _mem_mb()
+    rss_built, _ = mem_mb()
     params = sum(p.numel() for p in model.parameters())
     times, losses = [], []
     for i in range(steps + warmup):
@@ -122,7 +106,7 @@ def worker_train(system: str, precision: str, threads: int, steps: int, warmup: 
         if i >= warmup:
             times.append(dt)
         losses.append(float(loss))
-    _, peak = _mem_mb()
+    _, peak = mem_mb()
     return {"step_s": statistics.median(times), "times": times, "peak_rss_mb": peak, "rss_built_mb": rss_built,
             "params": params, "loss": losses[0]}
 
@@ -165,13 +149,10 @@ def worker_features(threads: int, reps: int) -> dict:
 
     from asr.features.audio import fbank, fbank_batch, load_audio
 
-    sys.path.insert(0, str(REPO / "tests"))
-    from conftest import find_data_root
-
     root = find_data_root()
     if root is None:
         return {"error": "no real speech found (set ASR_TEST_DATA)"}
-    wavs = [load_audio(p) for p in sorted(root.glob("LibriSpeech/*/*/*/*.flac"))]
+    wavs = [load_audio(p) for p in librispeech_flacs(root)]
     seconds = sum(w.numel() for w in wavs) / 16000
 
     def run_knf():
@@ -244,14 +225,9 @@ def worker_decode(system: str, mode: str, threads: int, tokens: int = 30, beam: 
     bsz = 1 if "-b1" in system else utts
     precision = "bf16" if "-bf16" in system else precision
     if system.startswith("ours"):
-        from asr.config import load_config
         from asr.decode import beam_search, greedy_search
-        from asr.model import ASRModel
 
-        cfg = load_config(REPO / "configs" / "librispeech" / "transformer_100h.yaml").model
-        cfg.vocab_size = VOCAB
-        cfg.frontend = system.split("-")[1]
-        model = ASRModel(cfg).eval()
+        model = model_100h(system.split("-")[1], VOCAB).eval()
 
         def run() -> list[list[int]]:
             out = []
@@ -266,7 +242,6 @@ def worker_decode(system: str, mode: str, threads: int, tokens: int = 30, beam: 
                         out += [h[0].tokens for h in hyps]
             return out
     else:
-        sys.path.insert(0, str(REPO / "tools"))
         from espnet.nets.batch_beam_search import BatchBeamSearch
         from espnet.nets.scorers.ctc import CTCPrefixScorer
         from espnet.nets.scorers.length_bonus import LengthBonus
@@ -301,7 +276,7 @@ def worker_decode(system: str, mode: str, threads: int, tokens: int = 30, beam: 
     dt = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     lengths = sorted({len(h) for h in hyps})
-    return {"seconds": dt, "utt_per_s": utts / dt, "token_lengths": lengths, "peak_rss_mb": _mem_mb()[1],
+    return {"seconds": dt, "utt_per_s": utts / dt, "token_lengths": lengths, "peak_rss_mb": mem_mb()[1],
             "page_faults": r1.ru_minflt - r0.ru_minflt, "system_s": r1.ru_stime - r0.ru_stime}  # fmt: skip
 
 
@@ -358,10 +333,10 @@ def run_worker(kind: str, system: str, threads: int, timeout: float = 1800, **kw
     args = [str(py), str(Path(__file__).resolve()), "--worker", kind, "--system", system, "--threads", str(threads),
             "--kwargs", json.dumps(kw)]
     p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO)
-    for line in reversed(p.stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    return {"error": f"exit {p.returncode}: {p.stderr.strip().splitlines()[-1:] or p.stdout[-300:]}"}
+    try:
+        return json_line(p.stdout)
+    except ValueError:
+        return {"error": f"exit {p.returncode}: {p.stderr.strip().splitlines()[-1:] or p.stdout[-300:]}"}
 
 
 def _median(results: list[dict], key: str) -> float | None:
@@ -442,24 +417,6 @@ def section_decode(systems: list[str], threads_list: list[int], reps: int, log, 
                 ratios[f"decode_{mode}_{threads}t_{system}_page_faults"] = round(faults)
                 ratios[f"decode_{mode}_{threads}t_{system}_system_s"] = round(kernel_s, 3)
     return rows, ratios
-
-
-def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
-    print(f"\n{title}")
-    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for r in rows:
-        print("| " + " | ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=True)) + " |")
-
-
-def machine() -> str:
-    """The CPU as asr.hardware sees it (model, ATen capability, native bf16), cores and torch."""
-    import torch
-
-    from asr.hardware import cpu_info
-
-    return f"{cpu_info().summary()}, {os.cpu_count()} cores, torch {torch.__version__}"
 
 
 def main() -> None:

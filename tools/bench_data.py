@@ -25,17 +25,15 @@ import time
 from pathlib import Path
 
 import torch
+from common import SHARED_DATA, find_data_root
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from asr.config import DataConfig  # noqa: E402
-from asr.corpora.librispeech import SUBSETS, find_subset, prepare_librispeech  # noqa: E402
-from asr.data.dataset import ASRDataset, collate  # noqa: E402
-from asr.data.manifest import read_manifest  # noqa: E402
-from asr.features.audio import fbank_batch, load_audio, speed_perturb  # noqa: E402
-from asr.hardware import cpu_info  # noqa: E402
-from asr.text import Tokenizer, normalize  # noqa: E402
+from asr.config import DataConfig
+from asr.corpora.librispeech import SUBSETS, find_subset, prepare_librispeech
+from asr.data.dataset import ASRDataset, collate
+from asr.data.manifest import read_manifest
+from asr.features.audio import fbank_batch, load_audio, speed_perturb
+from asr.hardware import cpu_info
+from asr.text import Tokenizer, normalize
 
 
 def load_records(data: Path, tmp: Path) -> list[dict]:
@@ -90,7 +88,7 @@ def time_loader(ds: ASRDataset, workers: int, repeats: int) -> tuple[float, floa
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    ap.add_argument("--data", type=Path, default=find_data_root() or SHARED_DATA)
     ap.add_argument("--repeats", type=int, default=5, help="passes over the utterances per measurement")
     ap.add_argument("--num-workers", type=int, default=0, help="also time a DataLoader with this many workers")
     args = ap.parse_args()

@@ -34,9 +34,9 @@ import json
 import math
 import statistics
 import time
-from pathlib import Path
 
 import torch
+from common import REPO
 
 from asr import speed
 from asr.config import load_config
@@ -45,8 +45,6 @@ from asr.decode.ctc_prefix_score import CTCPrefixScorer
 from asr.hardware import cpu_info
 from asr.model import ASRModel
 from asr.model.kv_cache import KVCache
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def textbook_ctc_scores(x, r_prev, last, cand, length, blank):
@@ -205,7 +203,7 @@ def split(model, feats, lens, beam: int, ctc_weight: float, n_tokens: int, reps:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", default=str(ROOT / "configs/librispeech/transformer_100h.yaml"))
+    ap.add_argument("--config", default=str(REPO / "configs/librispeech/transformer_100h.yaml"))
     ap.add_argument("--vocab", type=int, default=5000)
     ap.add_argument("--utts", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=10.0)

@@ -23,11 +23,7 @@ import time
 from pathlib import Path
 
 import torch
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO))  # asr, when the peers venv does not have it installed
-sys.path.insert(0, str(REPO / "tools"))
+from common import REPO, data_root, librispeech_utterances, read_wav
 
 
 def main() -> int:
@@ -44,7 +40,6 @@ def main() -> int:
     logging.disable(logging.WARNING)
 
     from espnet2.bin.asr_inference import Speech2Text
-    from espnet_fixtures import data_root, librispeech_utterances, read_wav
 
     from asr.config import DecodeConfig
     from asr.data.dataset import collate
@@ -56,7 +51,7 @@ def main() -> int:
 
     root = data_root()
     utts = librispeech_utterances(root)[: args.utts]
-    wavs = [read_wav(root, u["path"]) for u in utts]
+    wavs = [read_wav(root / u["path"]) for u in utts]
     audio_s = sum(w.numel() for w in wavs) / 16000
 
     files = find_espnet_files(args.espnet_dir)

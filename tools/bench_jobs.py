@@ -21,9 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tools"))
-from bench import machine, print_table  # noqa: E402
+from common import REPO, machine, print_table
 
 
 def start(data: Path, config: str, out: Path, epochs: int, threads: int) -> subprocess.Popen:

@@ -19,9 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import torch
+from common import REPO
 
 from asr import speed
 from asr.config import load_config
@@ -30,8 +30,6 @@ from asr.hardware import autocast, cpu_info, resolve_precision
 from asr.lm import LMConfig, build_lm, load_lm_config
 from asr.lm.quantize import Int8Linear, quantize_lm
 from asr.model import ASRModel
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @torch.inference_mode()
@@ -120,8 +118,8 @@ def split(model, lm, feats, lens, args, precision: str) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", default=str(ROOT / "configs/librispeech/transformer_100h.yaml"))
-    ap.add_argument("--lm-config", default=str(ROOT / "configs/librispeech/lm_transformer.yaml"))
+    ap.add_argument("--config", default=str(REPO / "configs/librispeech/transformer_100h.yaml"))
+    ap.add_argument("--lm-config", default=str(REPO / "configs/librispeech/lm_transformer.yaml"))
     ap.add_argument("--vocab", type=int, default=5000)
     ap.add_argument("--utts", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=10.0)

@@ -31,16 +31,14 @@ import time
 from pathlib import Path
 
 import torch
+from common import REPO, SHARED_DATA, find_data_root, json_line, librispeech_flacs, mem_mb, read_wav
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from asr import speed  # noqa: E402
-from asr.hardware import cpu_info  # noqa: E402
+from asr import speed
+from asr.hardware import cpu_info
 
 TRAIN_PATHS = ("onednn_linear", "conv_channels_last", "conv_patch_train", "real_frames", "cheap_dropout")
 DECODE_PATHS = (
-    "onednn_inference", "onednn_big_inference", "mkl_packed_inference", "conv_channels_last", "conv_patch_gemm",
+    "onednn_inference", "conv_channels_last", "conv_patch_gemm",
 )
 
 
@@ -96,14 +94,12 @@ def decoding(utts: int, frames: int, vocab: int, tokens: int, batch: int = 0,
 
 
 def fbank_work(data: Path):
-    import soundfile as sf
-
     from asr.features.audio import fbank_batch
 
-    files = sorted((data / "LibriSpeech").rglob("*.flac"))
+    files = librispeech_flacs(data)
     if not files:
         return None, 0.0
-    wavs = [torch.from_numpy(sf.read(str(f), dtype="float32")[0]) for f in files]
+    wavs = [read_wav(f) for f in files]
     seconds = sum(w.numel() for w in wavs) / 16000
 
     def run() -> None:
@@ -156,8 +152,7 @@ def child(name: str, reps: int) -> None:
         t = time.perf_counter()
         work()
         times.append(time.perf_counter() - t)
-    rss = [line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM")]
-    print(json.dumps({"s": statistics.median(times), "peak_rss_mb": int(rss[0].split()[1]) / 1024 if rss else None}))
+    print(json.dumps({"s": statistics.median(times), "peak_rss_mb": mem_mb()[1]}))
 
 
 def time_process_pair(name: str, path: str, reps: int, threads: int) -> dict:
@@ -172,7 +167,7 @@ def time_process_pair(name: str, path: str, reps: int, threads: int) -> dict:
             env = {**os.environ, "ASR_SPEED_PATHS": f"{path}={int(state)}"}
             cmd = [sys.executable, __file__, "--child", name, "--reps", "3", "--threads", str(threads)]
             out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-            res[state].append(json.loads(out.strip().splitlines()[-1]))
+            res[state].append(json_line(out))
     on, off = (statistics.median(r["s"] for r in res[st]) for st in (True, False))
     mem_on, mem_off = (statistics.median(r["peak_rss_mb"] or 0 for r in res[st]) for st in (True, False))
     return {"work": name, "path": path, "on_s": on, "off_s": off, "speedup": off / on,
@@ -186,7 +181,7 @@ def main() -> int:
     ap.add_argument("--models", default="fsdd,100h,decode",
                     help="work to time: fsdd, 100h (training steps), decode (100 h model)")
     ap.add_argument("--paths", default="", help="only these speed paths, comma-separated (default: every one)")
-    ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    ap.add_argument("--data", type=Path, default=find_data_root() or SHARED_DATA)
     ap.add_argument("--child", help=argparse.SUPPRESS)  # internal: one process of a process-wide path
     args = ap.parse_args()
     if args.threads:

@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from common import REPO, json_line
 
 PRODUCT_OPS = {"mm", "addmm", "addmm_", "bmm", "baddbmm", "convolution", "convolution_backward", "_linear_pointwise"}
 
@@ -213,7 +213,6 @@ def main() -> None:
         args.precision = args.precision[0]
         print(json.dumps(worker(args)))
         return
-    sys.path.insert(0, str(REPO))
     from asr.hardware import cpu_info
 
     info = cpu_info()
@@ -242,7 +241,7 @@ def main() -> None:
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode != 0:
             sys.exit(f"bench_train: {prec} failed:\n{res.stderr[-3000:]}")
-        rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
+        rows.append(json_line(res.stdout))
     if not rows:
         sys.exit("bench_train: nothing to run")
     cfg_name = Path(args.config).stem

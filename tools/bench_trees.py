@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -35,14 +36,27 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from common import REPO, json_line, model_100h
+
+
+def check_tree(tree: str) -> None:
+    """Stop unless the ``asr`` this worker imports is ``tree``'s (its parent put ``tree`` first on PYTHONPATH)."""
+    import asr
+
+    if not Path(asr.__file__).resolve().is_relative_to(Path(tree).resolve()):
+        sys.exit(f"bench_trees: the worker for {tree} imports asr from {asr.__file__}")
+
+
+def tree_env(tree: str) -> dict[str, str]:
+    """This environment with ``tree`` first on PYTHONPATH: a worker's ``import asr`` finds that tree's
+    (PYTHONPATH comes before the installed package, whose editable finder Python asks last)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [tree, os.environ.get("PYTHONPATH")]))}
 
 
 def train_worker(tree: str, reps: int, threads: int, precision: str) -> dict:
     """Training steps with the ``asr`` of ``tree``: median seconds of ``reps`` after three untimed,
     the first step's loss and gradient norm."""
-    sys.path.insert(0, tree)
-    sys.path.insert(0, str(REPO / "tools"))
+    check_tree(tree)
     import torch
     from bench import _build_train
 
@@ -50,7 +64,7 @@ def train_worker(tree: str, reps: int, threads: int, precision: str) -> dict:
 
     torch.set_num_threads(threads)
     speed.configure_process()  # as the command line does at start-up (heap_reuse)
-    model, loss_fn, batch = _build_train("ours-conv2d")  # imports the asr first on sys.path: tree's
+    model, loss_fn, batch = _build_train("ours-conv2d")  # with the asr first on PYTHONPATH: tree's
     model.train()
     times, first = [], None
     for i in range(reps + 3):
@@ -70,22 +84,18 @@ def train_worker(tree: str, reps: int, threads: int, precision: str) -> dict:
 
 def worker(tree: str, batch: int, reps: int, threads: int) -> dict:
     """Decode with the ``asr`` of ``tree``; median seconds of ``reps`` decodes after one untimed."""
-    sys.path.insert(0, tree)
+    check_tree(tree)
     import torch
+    from bench import decode_inputs
 
     from asr import speed
-    from asr.config import load_config
     from asr.decode import beam_search
-    from asr.model import ASRModel
 
     torch.set_num_threads(threads)
     speed.configure_process()  # as the command line does at start-up (heap_reuse)
-    g = torch.Generator().manual_seed(1)
-    feats, lens = torch.randn(16, 1000, 80, generator=g), torch.full((16,), 1000, dtype=torch.long)
+    feats, lens = decode_inputs(16)  # 16 x 1000 frames of seed 1
     torch.manual_seed(0)
-    cfg = load_config(Path(tree) / "configs" / "librispeech" / "transformer_100h.yaml").model
-    cfg.vocab_size, cfg.frontend = 500, "conv2d"
-    model = ASRModel(cfg).eval()
+    model = model_100h("conv2d", 500, Path(tree)).eval()  # tree's config, built by tree's asr
 
     def run() -> list[list[int]]:
         out = []
@@ -122,7 +132,6 @@ def main() -> None:
         else:
             print(json.dumps(worker(args.worker, args.batch, args.reps, args.threads)))
         return
-    sys.path.insert(0, str(REPO))
     from asr.hardware import cpu_info
 
     base_rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", args.base], check=True,
@@ -137,8 +146,8 @@ def main() -> None:
                     cmd = [sys.executable, __file__, "--worker", tree, "--batch", str(args.batch),
                            "--reps", str(args.reps), "--threads", str(args.threads), "--work", args.work,
                            "--precision", args.precision]
-                    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-                    r = json.loads(out.strip().splitlines()[-1])
+                    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=tree_env(tree)).stdout
+                    r = json_line(out)
                     results[name].append(r)
                     what = f"loss {r['loss']:.6f}" if args.work == "train" else f"hypotheses {r['hyps'][:8]}"
                     print(f"run {run + 1}/{args.runs} {name}: {r['seconds']:.3f} s ({what})", file=sys.stderr)

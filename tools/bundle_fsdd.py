@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+from common import REPO, SHARED_DATA
 
-REPO = Path(__file__).resolve().parents[1]
 NAME = re.compile(r"^\d_[A-Za-z0-9]+_\d+\.wav$")
 
 
@@ -45,7 +45,7 @@ def convert(wav: Path, flac: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--src", type=Path, default=REPO.parent / "shared" / "data" / "fsdd" / "recordings")
+    p.add_argument("--src", type=Path, default=SHARED_DATA / "fsdd" / "recordings")
     p.add_argument("--out", type=Path, default=REPO / "corpus" / "fsdd")
     args = p.parse_args(argv)
     wavs = sorted(w for w in args.src.glob("*.wav") if NAME.match(w.name))

@@ -18,8 +18,8 @@ scale per row make a row's result independent of the CPU's instruction set and o
 in its batch: batched decoding still equals one-by-one decoding with a quantized LM.
 
 The LM's other arithmetic (attention over its cache, LayerNorm, softmax; the LSTM's recurrence)
-is unchanged. What it costs in accuracy and buys in speed is measured in the README (Language
-models); it is off by default, so that fusion stays equal to ESPnet's.
+is unchanged. What it costs in accuracy and buys in speed is measured by ``tools/bench_lm.py``
+(docs/lm.md); it is off by default, so that fusion stays equal to ESPnet's.
 """
 
 from __future__ import annotations

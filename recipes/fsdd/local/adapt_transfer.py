@@ -25,7 +25,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]  # recipes/fsdd/local/ -> the repository
 ADAPT = ["--set", "train.epochs=10", "--set", "train.scheduler=constant", "--set", "train.lr=0.0005", "--set",
          "train.warmup_steps=0", "--set", "train.keep_best=0", "--set", 'data.dev=""']  # run.sh's adapt_sets
 
