@@ -244,7 +244,8 @@ class DecodeConfig:
     ctc_weight: float = 0.3
     length_bonus: float = 0.0  # added to a hypothesis' score per emitted token (old name: length_penalty)
     length_norm: bool = False  # rank finished hypotheses by score / length
-    max_len_ratio: float = 1.0  # maximum output tokens = ratio * encoder frames
+    max_len_ratio: float = 1.0  # maximum output tokens = ratio * encoder frames (0 with rules espnet: end detection)
+    rules: str = "asr"  # the search's rules (asr.decode.rules): "asr", or "espnet" as ESPnet's Speech2Text decodes
     max_frames: int = 30000  # fbank frames per decoding batch
     precision: str = "fp32"  # "fp32", "auto", "bf16", "fp16": as train.precision (auto: bf16 only where native)
     lm: str = ""  # LM directory fused by default (asr decode/transcribe --lm override it); relative: to the model dir
@@ -274,7 +275,9 @@ class DecodeConfig:
         _check(not self.speeds or self.speed == 1.0, prefix, "speed",
                f"1.0 beside {prefix}.speeds (give one of the two)", self.speed)
         _check(0.0 <= self.ctc_weight <= 1.0, prefix, "ctc_weight", "a value in [0, 1]", self.ctc_weight)
-        _check(self.max_len_ratio > 0, prefix, "max_len_ratio", "a positive number", self.max_len_ratio)
+        _check(self.rules in ("asr", "espnet"), prefix, "rules", "'asr' or 'espnet'", self.rules)
+        _check(self.max_len_ratio > 0 or (self.max_len_ratio == 0 and self.rules == "espnet"), prefix,
+               "max_len_ratio", "a positive number (0 only with rules espnet)", self.max_len_ratio)  # fmt: skip
         _check(self.max_frames > 0, prefix, "max_frames", "a positive integer", self.max_frames)
         _check(self.lm_weight >= 0, prefix, "lm_weight", "a value >= 0", self.lm_weight)
 

@@ -184,18 +184,27 @@ def _grad_errors(ours: dict, theirs: dict) -> tuple[float, float, str]:
     return (diff_sq / ref_sq) ** 0.5, worst, worst_name
 
 
-def search_results(model_dir: Path, root: Path, beam: int) -> list[dict]:
-    """Our best hypothesis per search utterance, all decoded in one batch (padding: exact)."""
+def features_as_alone(cfg, root: Path, utts: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
+    """A padded batch of the utterances' features, each exactly as computed alone (Speech2Text's
+    batch of one; padding frames only touch frames beyond each utterance's end)."""
+    wavs, lens = read_batch(root, utts)
+    feats, feat_lens = features(cfg, wavs, lens)
+    for i in range(len(lens)):
+        f, n = features(cfg, wavs[i : i + 1, : lens[i]], lens[i : i + 1])
+        feats[i, : int(n[0])] = f[0]
+    return feats, feat_lens
+
+
+def search_results(model_dir: Path, root: Path, beam: int, rules: str = "espnet") -> list[dict]:
+    """Our best hypothesis per search utterance, all decoded in one batch (padding: exact), by
+    ``rules`` (espnet: as Speech2Text, maxlenratio 0)."""
     from asr.config import DecodeConfig
     from asr.decode import recognize
 
     model, cfg = build(model_dir, "exact")
-    wavs, lens = read_batch(root, utterances()["search"])
-    feats, feat_lens = features(cfg, wavs, lens)  # padding frames only touch frames beyond each utterance's end
-    single = [features(cfg, wavs[i : i + 1, : lens[i]], lens[i : i + 1]) for i in range(len(lens))]
-    for i, (f, n) in enumerate(single):  # each utterance's features exactly as alone (Speech2Text's batch of one)
-        feats[i, : int(n[0])] = f[0]
-    dcfg = DecodeConfig(beam_size=beam, ctc_weight=0.3, length_bonus=0.0, max_len_ratio=1.0)
+    feats, feat_lens = features_as_alone(cfg, root, utterances()["search"])
+    ratio = 0.0 if rules == "espnet" else 1.0
+    dcfg = DecodeConfig(beam_size=beam, ctc_weight=0.3, length_bonus=0.0, max_len_ratio=ratio, rules=rules)
     hyps = recognize(model, feats, feat_lens, dcfg)
     return [{"tokens": h.tokens, "score": h.score} for h in hyps]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from espnet_equivalence import FIXTURES, build, features, read_batch, utterances
+from espnet_equivalence import FIXTURES, build, features_as_alone, utterances
 
 from asr.importers import EspnetImportError
 from asr.importers.espnet_lm import import_espnet_lm
@@ -60,13 +60,9 @@ def test_fused_search_equals_speech2text(data_root, tmp_path):
     asr_tok = Tokenizer.load(import_fixture_tokenizer(tmp_path))
     check_lm_fits(lm, model.vocab_size, asr_tok)  # same ids, piece for piece
     theirs = json.loads((LM_FIXTURES / "transformer" / "espnet_lm_outputs.json").read_text())["hyps"]
-    utts = utterances()["search"]
-    wavs, lens = read_batch(data_root, utts)
-    feats, feat_lens = features(cfg, wavs, lens)
-    for i in range(len(utts)):  # each utterance's features exactly as alone (Speech2Text decodes one at a time)
-        f, n = features(cfg, wavs[i : i + 1, : lens[i]], lens[i : i + 1])
-        feats[i, : int(n[0])] = f[0]
-    dcfg = DecodeConfig(beam_size=10, ctc_weight=0.3, length_bonus=0.0, max_len_ratio=1.0, lm_weight=0.6)
+    feats, feat_lens = features_as_alone(cfg, data_root, utterances()["search"])  # Speech2Text decodes one at a time
+    dcfg = DecodeConfig(beam_size=10, ctc_weight=0.3, length_bonus=0.0, max_len_ratio=0.0, lm_weight=0.6,
+                        rules="espnet")
     ours = recognize(model, feats, feat_lens, dcfg, lm=lm.model)
     plain = recognize(model, feats, feat_lens, dcfg.updated(lm_weight=0.0))
     same = sum(o.tokens == t["tokens"] for o, t in zip(ours, theirs, strict=True))

@@ -10,8 +10,10 @@ from pathlib import Path
 def _decode_settings(args: argparse.Namespace, base):
     """The model's decode section with the command-line overrides applied."""
     keys = ("mode", "beam_size", "ctc_weight", "length_bonus", "max_frames", "precision", "lm_weight", "quantize_lm",
-            "speed", "speeds")
+            "speed", "speeds", "rules", "max_len_ratio")
     over = {k: getattr(args, k, None) for k in keys}
+    if over["rules"] == "asr" and over["max_len_ratio"] is None and base.max_len_ratio == 0:
+        over["max_len_ratio"] = 1.0  # ESPnet's 0 (every encoder frame, with end detection) in asr's terms
     if over["speed"] is not None:  # one speed replaces the config's ensemble, and an ensemble its one speed
         over["speeds"] = []
     elif over["speeds"] is not None:
@@ -40,6 +42,12 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctc-weight", type=float, help="weight of CTC prefix scores (default: model config)")
     p.add_argument("--length-bonus", "--length-penalty", dest="length_bonus", type=float,
                    help="added to the score per output token (default: model config; --length-penalty: old name)")
+    p.add_argument("--rules", choices=["asr", "espnet"],
+                   help="the search's rules (docs/search.md; default: the model config's decode.rules: espnet for "
+                        "imported ESPnet models, else asr)")
+    p.add_argument("--max-len-ratio", type=float,
+                   help="longest output = ratio x encoder frames (default: the model config's; 0 with --rules "
+                        "espnet: every frame, with ESPnet's end detection)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"],
                    help="default: the model config's decode.precision (fp32); auto: bf16 only on hardware with "

@@ -3,7 +3,8 @@
 Joint CTC/attention scoring (Watanabe et al. 2017): a candidate's score is
 ``(1 - ctc_weight) * log p_att + ctc_weight * (log psi(h + c) - log psi(h))`` plus a length bonus
 per token. With CTC, only the ``pre_beam`` best tokens of the decoder (and eos) get CTC prefix
-scores, as in ESPnet; ``pre_beam=0`` scores the whole vocabulary.
+scores, as in ESPnet (blank and eos take places among them there too); ``pre_beam=0`` scores the
+whole vocabulary.
 
 Shallow fusion with a language model (``asr.lm``) adds ``lm_weight * log p_lm`` per token (eos
 included). The LM steps once per search step over all B x W rows, like the decoder, and its cache
@@ -11,14 +12,12 @@ is reordered with the beams exactly as the decoder's self-attention cache is. Wi
 pre-beam ranks tokens by ``(1 - ctc_weight) log p_att + lm_weight log p_lm`` (ESPnet's "full"
 scores). ``lm_weight=0`` does not run the LM at all: the search is the one without an LM.
 
-At each step the 2 x beam best candidates of every utterance are ranked (as in fairseq): an eos
-among the first ``beam`` ends a hypothesis, the first ``beam`` non-eos ones continue. An
-utterance stops when it has ``beam`` ended hypotheses, when no running hypothesis can beat the
-best ended one (scores only fall when there is no length bonus/normalisation), or at its maximum
-length (encoder frames x ``max_len_ratio``), where the running hypotheses are ended. Stopped
-utterances leave the batch; each utterance's decisions depend on its own rows only, so a result
-does not depend on the batch it was decoded in. The first step runs one row per utterance (its W
-hypotheses are still one: sos), whose scores stand for all W; the beams branch from it.
+Which candidates get CTC scores, which of the best continue and when an utterance stops are the
+search's rules (``asr.decode.rules``: ``asr``, fairseq's ranking, or ``espnet``, ESPnet's
+``BatchBeamSearch``); the loop is the same for both. Stopped utterances leave the batch; each
+utterance's decisions depend on its own rows only, so a result does not depend on the batch it
+was decoded in. The first step runs one row per utterance (its W hypotheses are still one: sos),
+whose scores stand for all W; the beams branch from it.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ import torch
 
 from asr.decode.ctc_prefix_score import CTCPrefixScorer, CTCPrefixState
 from asr.decode.greedy import max_lengths
+from asr.decode.rules import end_detected, espnet_max_length, get_rules
 from asr.lm.cache import LMCache
 from asr.model.asr_model import BLANK_ID
 from asr.model.kv_cache import KVCache
@@ -86,36 +86,41 @@ class _Beams:
 def _joint_scores(att, scorer, state, ctc_weight: float, k_pre: int, eos: int, lm=None, lm_weight: float = 0.0):
     """Step scores of the candidates of each row: (scores (N, K), ids (N, K) or None for the whole
     vocabulary, CTC log psi (N, K) or None). With CTC the candidates are the ``k_pre`` best tokens
-    of the decoder (with an LM: of the fused decoder + LM score), plus eos;
-    ``(1 - w) log p_att + w (log psi(h + c) - log psi(h)) [+ lm_weight log p_lm]``."""
+    of the decoder (with an LM: of the fused decoder + LM score), blank and eos among those ranked
+    as in ESPnet, plus eos; ``(1 - w) log p_att + w (log psi(h + c) - log psi(h)) [+ lm_weight
+    log p_lm]``, -inf for blank (it has no prefix score) and for eos where the pre-beam ranked it
+    (the one added after it stands for it)."""
     if scorer is None:
         return (att, None, None) if lm is None else (att + lm_weight * lm, None, None)
     n, v = att.shape
-    if k_pre >= v - 1:
+    if k_pre >= v:
         ids = torch.arange(v, device=att.device).expand(n, v)
     else:
-        pre = att.clone() if lm is None else (1 - ctc_weight) * att + lm_weight * lm
-        pre[:, eos] = -math.inf  # eos is always a candidate, added below
+        pre = att if lm is None else (1 - ctc_weight) * att + lm_weight * lm
         pre_ids = pre.topk(k_pre, dim=-1).indices
         ids = torch.cat([pre_ids, torch.full_like(pre_ids[:, :1], eos)], dim=1)  # (N, K)
     psi = scorer.score(state, ids)  # (N, K) float64
     ctc = (psi - state.psi.unsqueeze(1)).float().nan_to_num(nan=-math.inf)
     joint = (1 - ctc_weight) * att.gather(1, ids) + ctc_weight * ctc
+    dup = (ids == eos) & (torch.arange(ids.shape[1], device=ids.device) < ids.shape[1] - 1)
+    joint = joint.masked_fill((ids == BLANK_ID) | dup, -math.inf)
     return (joint, ids, psi) if lm is None else (joint + lm_weight * lm.gather(1, ids), ids, psi)
 
 
-def _stable_slots(parent: torch.Tensor) -> torch.Tensor:
+def _stable_slots(parent: torch.Tensor, live: torch.Tensor | None = None) -> torch.Tensor:
     """Where each utterance's W survivors go: (B, W), slot s takes survivor ``perm[b, s]``, given
     their parents' slots ``parent`` (B, W). A parent's first child takes the parent's own slot and
     the other children the slots of hypotheses that left no child, so most rows of the KV caches
     stay where they are and only new branches are copied (``KVCache.index_select``). The order of
-    an utterance's hypotheses means nothing else to the search."""
+    an utterance's hypotheses means nothing else to the search. ``live`` (B, W): False for empty
+    survivors (-inf), which take no parent's slot."""
     w = parent.shape[1]
     perms = []
-    for parents in parent.tolist():
+    lives = [[True] * w] * parent.shape[0] if live is None else live.tolist()
+    for parents, alive in zip(parent.tolist(), lives, strict=True):
         slot = [-1] * w
         for j, p in enumerate(parents):
-            if p not in slot:
+            if alive[j] and p not in slot:
                 slot[j] = p
         free = iter(sorted(set(range(w)) - set(slot)))
         perm = [0] * w
@@ -125,17 +130,17 @@ def _stable_slots(parent: torch.Tensor) -> torch.Tensor:
     return torch.tensor(perms, device=parent.device)
 
 
-def _end(finished: list[list[Hypothesis]], beams: _Beams, top, parent, tok, eos: int, length_norm: bool):
-    """Move the hypotheses that end (an eos among an utterance's W best candidates) to ``finished``;
-    returns how many each live utterance now has, (B,)."""
-    w = beams.scores.shape[1]
-    ended = (tok == eos) & torch.isfinite(top)
-    ended[:, w:] = False
+def _end(finished: list[list[Hypothesis]], beams: _Beams, ended, top, parent, tail, length_norm: bool, raw):
+    """Move the hypotheses ``ended`` (B, K) to ``finished``: their tokens are the parent row's
+    (``parent`` (B, K)), followed by ``tail`` (B, K) where that is not None, and their scores
+    ``top`` (B, K). ``raw``: per input utterance, (length with sos and eos, unnormalised score) of
+    each, for end detection (None: not kept)."""
     for bi, j in torch.nonzero(ended).tolist():
-        hyp_tokens = beams.seqs[parent[bi, j]].tolist()
-        s = float(top[bi, j])
-        finished[int(beams.utts[bi])].append(Hypothesis(hyp_tokens, s / (len(hyp_tokens) + 1) if length_norm else s))
-    return torch.tensor([len(finished[int(u)]) for u in beams.utts], device=top.device)
+        hyp_tokens = beams.seqs[parent[bi, j]].tolist() + ([] if tail is None else [int(tail[bi, j])])
+        s, u = float(top[bi, j]), int(beams.utts[bi])
+        finished[u].append(Hypothesis(hyp_tokens, s / (len(hyp_tokens) + 1) if length_norm else s))
+        if raw is not None:
+            raw[u].append((len(hyp_tokens) + 2, s))
 
 
 @torch.inference_mode()
@@ -155,6 +160,7 @@ def beam_search(
     nbest: int = 1,
     lm=None,
     lm_weight: float = 0.0,
+    rules: str = "asr",
 ) -> list[list[Hypothesis]]:
     """Batched joint CTC/attention beam search; memory (B, S, D), mem_lens (B,).
 
@@ -163,8 +169,13 @@ def beam_search(
     tokens per hypothesis that get CTC scores (default 1.5 x beam, ESPnet's; 0: all).
     ``min_len`` suppresses eos before that many tokens; ``max_len`` overrides the length limit.
     ``lm``: a language model network (``asr.lm``: ``init_cache``, ``step``) over the same ids, fused
-    with ``lm_weight``; check the vocabularies first (``asr.lm.check_lm_fits``).
+    with ``lm_weight``; check the vocabularies first (``asr.lm.check_lm_fits``). ``rules``: ``asr`` or
+    ``espnet`` (``asr.decode.rules``); with ``espnet``, ``max_len_ratio`` 0 is ESPnet's maxlenratio 0
+    (every encoder frame, with end detection) and ``min_len`` drops shorter hypotheses.
     """
+    r = get_rules(rules)
+    if max_len_ratio == 0 and r.eos_scored_at_limit:
+        raise ValueError(f"beam_search: max_len_ratio 0 needs rules with end detection, not {rules!r}")
     decoder = model.decoder
     if decoder is None:
         raise ValueError("beam_search: the model has no attention decoder (decoder_layers=0); use a CTC mode")
@@ -185,15 +196,21 @@ def beam_search(
     if ctc_weight > 0:
         lp = model.ctc_log_probs(memory) if ctc_log_probs is None else ctc_log_probs
         scorer = CTCPrefixScorer(lp[utts], mem_lens[utts], blank=BLANK_ID, eos=eos)
-        k_pre = v if pre_beam == 0 else min(v - 1, pre_beam or max(1, int(1.5 * w)))  # tokens besides eos
+        k_pre = v if pre_beam == 0 else pre_beam or max(1, int(1.5 * w))  # ESPnet's pre_beam_size (>= V: all)
     scores = torch.full((b, w), -math.inf, device=dev)  # one live hypothesis per utterance at the start
     scores[:, 0] = 0.0
     # the first step's W rows of an utterance are alike (sos, nothing seen): its decoder, LM and
     # CTC states hold one row per utterance, whose scores stand for all W (fan), until it branches
     fan = w
+    if r.eos_scored_at_limit or max_len is not None:
+        limits = max_lengths(mem_lens, max_len, max_len_ratio)[utts]
+    else:
+        limits = torch.tensor([espnet_max_length(int(n), max_len_ratio) for n in mem_lens[utts]], device=dev)
+    detect = r.end_detect and max_len is None and max_len_ratio == 0
+    raw = [[] for _ in range(b_total)] if detect else None  # (length, score) of the ended, for end detection
     beams = _Beams(
         utts=utts,
-        limits=max_lengths(mem_lens, max_len, max_len_ratio)[utts],
+        limits=limits,
         scores=scores,
         seqs=torch.zeros(b * w, 0, dtype=torch.long, device=dev),
         tokens=torch.full((b,), model.sos_id, dtype=torch.long, device=dev),
@@ -201,14 +218,16 @@ def beam_search(
         ctc=scorer.initial_state(torch.arange(b, device=dev)) if scorer else None,
         lm_cache=lm.init_cache(b, dev) if lm is not None else None,
     )
-    monotone = length_bonus <= 0 and not length_norm  # scores only fall: a finished best cannot be beaten
+    # scores only fall: a finished best cannot be beaten (for the n-best too with asr's rules)
+    bound_stop = length_bonus <= 0 and not length_norm and (nbest == 1 or not r.bound_stop_nbest_only)
 
     step = 0
     while b > 0:
         logits, beams.cache = decoder.step(beams.tokens, beams.cache)  # (B*W / fan, V)
         att = torch.log_softmax(logits.float(), dim=-1)
-        att[:, BLANK_ID] = -math.inf  # blank is never a decoder target
-        if step < min_len:
+        if scorer is None and not r.decoder_may_emit_blank:
+            att[:, BLANK_ID] = -math.inf  # blank is never a decoder target (with CTC it has no prefix score)
+        if step < min_len and r.min_len_suppresses_eos:
             att[:, eos] = -math.inf
         lm_lp = None
         if lm is not None:
@@ -218,30 +237,48 @@ def beam_search(
             cand, cand_ids, psi = (None if t is None else t.repeat_interleave(fan, 0) for t in (cand, cand_ids, psi))
         cand = cand + length_bonus
         at_limit = (beams.limits <= step).repeat_interleave(w)  # (B*W,) only eos may follow
-        if bool(at_limit.any()):
+        if r.eos_scored_at_limit and bool(at_limit.any()):
             is_eos = (cand_ids == eos) if cand_ids is not None else (torch.arange(v, device=dev) == eos)
             cand = torch.where(at_limit.unsqueeze(1) & ~is_eos, -math.inf, cand)
 
-        # the 2W best candidates of each utterance (as in fairseq): eos among the first W ends a
-        # hypothesis, the first W that are not eos continue
+        # asr: the 2W best candidates of each utterance (as in fairseq): eos among the first W ends a
+        # hypothesis, the first W that are not eos continue. espnet: of the W best, those that are
+        # eos end and the others continue.
         kc = cand.shape[1]
         total = (beams.scores.view(-1, 1) + cand).view(b, w * kc)  # (B, W*K)
-        top, flat = total.topk(min(2 * w, w * kc), dim=1)  # (B, 2W)
+        top, flat = total.topk(min(2 * w if r.keep_full_beam else w, w * kc), dim=1)  # (B, 2W or W)
         parent = torch.div(flat, kc, rounding_mode="floor") + torch.arange(b, device=dev).unsqueeze(1) * w
-        tok = flat % kc if cand_ids is None else cand_ids[parent, flat % kc]  # (B, 2W)
-        n_fin = _end(finished, beams, top, parent, tok, eos, length_norm)
-        order = (torch.arange(top.shape[1], device=dev) + (tok == eos) * top.shape[1]).argsort(dim=1)[:, :w]
-        order = order.gather(1, _stable_slots(torch.div(flat.gather(1, order), kc, rounding_mode="floor")))
+        tok = flat % kc if cand_ids is None else cand_ids[parent, flat % kc]  # (B, 2W or W)
+        ended = (tok == eos) & torch.isfinite(top)
+        ended[:, w:] = False
+        _end(finished, beams, ended & (r.min_len_suppresses_eos or step >= min_len), top, parent, None, length_norm,
+             raw)  # fmt: skip
+        if r.keep_full_beam:
+            order = (torch.arange(top.shape[1], device=dev) + (tok == eos) * top.shape[1]).argsort(dim=1)[:, :w]
+        else:  # the ended leave the beam
+            top = top.masked_fill(tok == eos, -math.inf)
+            order = torch.arange(w, device=dev).expand(b, w)
+        parents = torch.div(flat.gather(1, order), kc, rounding_mode="floor")
+        order = order.gather(1, _stable_slots(parents, torch.isfinite(top.gather(1, order))))
         sel_parent, tokens, new_scores = parent.gather(1, order), tok.gather(1, order), top.gather(1, order)
+        if not r.eos_scored_at_limit:  # at the maximum length the survivors end as they are (ESPnet)
+            last = (beams.limits - 1 <= step).unsqueeze(1) & torch.isfinite(new_scores)
+            if bool(last.any()) and (r.min_len_suppresses_eos or step >= min_len):
+                _end(finished, beams, last, new_scores, sel_parent, tokens, length_norm, raw)
         step += 1
 
-        # an utterance is done with W ended hypotheses, past its limit, or when nothing can improve;
-        # decided before anything moves, so that the states of the utterances that stop stay behind
+        # an utterance is done past its limit, when nothing runs or can improve, with W ended
+        # hypotheses (asr) or by end detection (espnet); decided before anything moves, so that the
+        # states of the utterances that stop stay behind
         best_run = new_scores.max(1).values  # (B,)
-        done = (n_fin >= w) | (beams.limits < step) | torch.isneginf(best_run)
-        if monotone:
+        done = (beams.limits < step if r.eos_scored_at_limit else beams.limits <= step) | torch.isneginf(best_run)
+        if r.stop_when_beam_ended:
+            done |= torch.tensor([len(finished[int(u)]) >= w for u in beams.utts], device=dev)
+        if bound_stop:
             best_fin = [max((h.score for h in finished[int(u)]), default=-math.inf) for u in beams.utts]
             done |= torch.tensor(best_fin, device=dev) >= best_run
+        if detect:
+            done |= torch.tensor([end_detected(raw[int(u)], step - 1) for u in beams.utts], device=dev)
         keep = None
         if bool(done.any()):
             keep = torch.nonzero(~done).flatten()

@@ -12,12 +12,15 @@ __all__ = ["greedy_search", "ctc_greedy_search", "max_lengths"]
 
 
 def max_lengths(mem_lens: torch.Tensor, max_len: int | None = None, max_len_ratio: float = 1.0) -> torch.Tensor:
-    """Per-utterance output limit (B,): ``max_len`` when given, else ceil(ratio * encoder length).
+    """Per-utterance output limit (B,): ``max_len`` when given, else ceil(ratio * encoder length)
+    (ratio 0, ESPnet's convention: the encoder length).
 
     Derived from each utterance's own encoder length, so a batch never changes a result.
     """
     if max_len is not None:
         return torch.full_like(mem_lens, max_len)
+    if max_len_ratio == 0:
+        return mem_lens.clamp_min(1)
     return torch.ceil(mem_lens.double() * max_len_ratio).long().clamp_min(1)
 
 

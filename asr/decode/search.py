@@ -48,6 +48,7 @@ def _recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeC
             max_len_ratio=cfg.max_len_ratio,
             lm=lm,
             lm_weight=cfg.lm_weight,
+            rules=cfg.rules,
         )
         return [h[0] for h in nbest]
     lp = model.ctc_log_probs(memory)  # (B, S, V)

@@ -81,7 +81,7 @@ def _nbest(model, memory, mem_lens, lp, cfg: DecodeConfig, lm) -> list[list[Hypo
         return beam_search(model, memory, mem_lens, beam_size=cfg.beam_size, ctc_weight=cfg.ctc_weight,
                            ctc_log_probs=lp, length_bonus=cfg.length_bonus, length_norm=cfg.length_norm,
                            max_len_ratio=cfg.max_len_ratio, nbest=cfg.beam_size, lm=lm,
-                           lm_weight=cfg.lm_weight)  # fmt: skip
+                           lm_weight=cfg.lm_weight, rules=cfg.rules)  # fmt: skip
     if cfg.mode == "ctc_greedy":
         return [[Hypothesis(t, 0.0)] for t in ctc_greedy_search(lp, mem_lens)]
     fuse = cfg.mode == "ctc_beam"  # rescore: the LM scores the pooled n-best, not the prefix search

@@ -99,7 +99,8 @@ def convert_config(esp: dict[str, Any], where: str = "config.yaml") -> Config:
                                 f"{special}")
 
     m = ModelConfig(vocab_size=len(tokens), layer_norm_eps=1e-12, tie_output=False, label_smoothing_mode="espnet")
-    cfg = Config(model=m, decode=DecodeConfig(beam_size=20, ctc_weight=0.3))
+    # decoded as ESPnet's Speech2Text decodes (its rules, maxlenratio 0: end detection)
+    cfg = Config(model=m, decode=DecodeConfig(beam_size=20, ctc_weight=0.3, rules="espnet", max_len_ratio=0.0))
     d = cfg.data
     d.features, d.specaugment = "espnet", None
 
