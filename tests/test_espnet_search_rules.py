@@ -22,7 +22,7 @@ from asr.decode import recognize
 
 FLAT = Path(__file__).resolve().parent / "fixtures" / "espnet_flat"
 SCORE_TOL = 1e-4
-SEARCH = json.loads((FLAT / "search.json").read_text()) if (FLAT / "search.json").exists() else {"results": []}
+SEARCH = json.loads((FLAT / "search.json").read_text())
 
 
 def _setting_id(r: dict) -> str:
