@@ -4,9 +4,9 @@ Three works, each decoded by both rule sets in one process, alternating within e
 
   flat    the ESPnet fixtures of models that are unsure (tests/fixtures/espnet_flat: a briefly trained
           and an untrained ESPnet Transformer, with and without a small LM; 20 LibriSpeech
-          utterances): per setting, how many best hypotheses equal Speech2Text's, how many of ours
-          score lower than ESPnet's best (a search error of that rule set: the model and weights
-          are the same) or higher, and the time of one batched decode of the 20
+          utterances): per setting, how many best hypotheses equal Speech2Text's, how many of the
+          others score lower than ESPnet's best (a search error of that rule set: the model and
+          weights are the same) or higher, and the time of one batched decode of the 20
   fsdd    a trained FSDD model (``--fsdd-model``, e.g. recipes/fsdd/exp/transformer/avg1 after the
           main job) on the FSDD test manifest, with the model's own decoding settings: WER and time
   100h    the 100 h model (random weights, vocabulary 500, conv2d) on 16 random 10 s utterances,
@@ -15,7 +15,8 @@ Three works, each decoded by both rule sets in one process, alternating within e
     .venv/bin/python tools/bench_search_rules.py --works flat,100h
     .venv/bin/python tools/bench_search_rules.py --works fsdd --fsdd-model recipes/fsdd/exp/transformer/avg1
 
-Prints a table per work and one JSON line; every time is a median of ``--reps`` runs.
+Prints a table per work and one JSON line; every time is a median of ``--reps`` runs after one untimed
+run, the two rule sets taking turns within each repetition.
 """
 
 from __future__ import annotations
@@ -35,13 +36,24 @@ FLAT = REPO / "tests" / "fixtures" / "espnet_flat"
 SCORE_TOL = 1e-4
 
 
-def _timed(fn, reps: int) -> tuple[float, object]:
-    times, out = [], None
+def _alternating(fns: dict, reps: int) -> dict:
+    """{name: (median seconds, last result)} of each function, after one untimed call of each, the
+    functions taking turns within each repetition (so that background load hits all alike)."""
+    out = {name: fn() for name, fn in fns.items()}
+    times: dict = {name: [] for name in fns}
     for _ in range(reps):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            out[name] = fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: (statistics.median(times[name]), out[name]) for name in fns}
+
+
+def _same(ours, theirs: dict, eos: int) -> bool:
+    """Speech2Text's hypothesis: its token list ends with a first eos where it chose eos at its last
+    step (it appends one more there); otherwise token for token."""
+    t = theirs["tokens"]
+    return ours.tokens == t or (bool(t) and t[-1] == eos and ours.tokens == t[:-1])
 
 
 def _settings(r: dict, rules: str):
@@ -85,12 +97,15 @@ def flat(reps: int) -> tuple[list[list[str]], dict]:
         row = [r["model"], str(r["beam"]), str(r["ctc_weight"]), str(r["lm_weight"])]
         key = f"{r['model']}-b{r['beam']}-c{r['ctc_weight']}-lm{r['lm_weight']}"
         out[key] = {}
+        runs = _alternating({rules: (lambda rules=rules: recognize(model, batch, lens, _settings(r, rules), lm=lm))  # noqa: B023
+                             for rules in RULES}, reps)  # fmt: skip
         for rules in RULES:
-            secs, hyps = _timed(lambda: recognize(model, batch, lens, _settings(r, rules), lm=lm), reps)  # noqa: B023
+            secs, hyps = runs[rules]
             pairs = list(zip(hyps, r["hyps"], strict=True))
-            same = sum(o.tokens == t["tokens"] for o, t in pairs)
-            lower = sum(o.score < t["score"] - SCORE_TOL for o, t in pairs)
-            higher = sum(o.score > t["score"] + SCORE_TOL for o, t in pairs)
+            apart = [(o, t) for o, t in pairs if not _same(o, t, model.eos_id)]
+            same = len(pairs) - len(apart)
+            lower = sum(o.score < t["score"] for o, t in apart)
+            higher = sum(o.score > t["score"] for o, t in apart)
             row += [f"{same}/{len(pairs)}", str(lower), str(higher), f"{secs:.2f}"]
             out[key][rules] = {"same": same, "lower": lower, "higher": higher, "seconds": round(secs, 3)}
         row.append(f"{out[key]['espnet']['seconds'] / out[key]['asr']['seconds']:.2f}")
@@ -110,18 +125,18 @@ def fsdd(model_dir: Path, manifest: Path, reps: int) -> tuple[list[list[str]], d
     rows, out = [], {}
     with tempfile.TemporaryDirectory() as tmp:
         hyp_path = Path(tmp) / "hyp.jsonl"
+        def run(rules):
+            ratio = 0.0 if rules == "espnet" else rec.config.decode.max_len_ratio
+            cfg = rec.config.decode.updated(rules=rules, max_len_ratio=ratio)
+            decode_manifest(rec, records, hyp_path, cfg, num_workers=0, progress=False)
+            return {json.loads(x)["id"]: json.loads(x)["text"] for x in hyp_path.read_text().splitlines()}
+
+        runs = _alternating({rules: (lambda rules=rules: run(rules)) for rules in RULES}, reps)
         for rules in RULES:
-            ratio = {"rules": rules, "max_len_ratio": 0.0 if rules == "espnet" else rec.config.decode.max_len_ratio}
-            cfg = rec.config.decode.updated(**ratio)
-
-            def run():
-                decode_manifest(rec, records, hyp_path, cfg, num_workers=0, progress=False)  # noqa: B023
-                return {json.loads(x)["id"]: json.loads(x)["text"] for x in hyp_path.read_text().splitlines()}
-
-            secs, hyps = _timed(run, reps)
-            wer = score(refs, hyps, bootstrap=0).wer
-            out[rules] = {"wer": round(100 * wer, 2), "seconds": round(secs, 2)}
-            rows.append([rules, f"{100 * wer:.2f}", f"{secs:.1f}"])
+            secs, hyps = runs[rules]
+            wer = score(refs, hyps, bootstrap=0).wer  # in percent
+            out[rules] = {"wer": round(wer, 2), "seconds": round(secs, 2)}
+            rows.append([rules, f"{wer:.2f}", f"{secs:.1f}"])
     return rows, out
 
 
@@ -136,12 +151,11 @@ def bench_100h(reps: int) -> tuple[list[list[str]], dict]:
     rows, out = [], {}
     with torch.inference_mode():
         memory, mem_lens = model.encode(feats, lens)
+        runs = _alternating({rules: (lambda rules=rules: beam_search(
+            model, memory, mem_lens, beam_size=10, ctc_weight=0.3, max_len=30, min_len=30, rules=rules))
+            for rules in RULES}, reps)  # fmt: skip
         for rules in RULES:
-            def run(rules=rules):
-                return beam_search(model, memory, mem_lens, beam_size=10, ctc_weight=0.3, max_len=30, min_len=30,
-                                   rules=rules)  # fmt: skip
-
-            secs, _ = _timed(run, reps)
+            secs = runs[rules][0]
             out[rules] = {"seconds": round(secs, 3)}
             rows.append([rules, f"{secs:.2f}"])
     return rows, out
