@@ -259,8 +259,13 @@ class DecodeConfig:
     ALIASES = {"length_penalty": "length_bonus"}  # old key -> new key: still read, with a warning
 
     def updated(self, **overrides: Any) -> DecodeConfig:
-        """A validated copy with the given settings changed (``None`` values leave a setting as it is)."""
-        cfg = dataclasses.replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        """A validated copy with the given settings changed (``None`` values leave a setting as it is).
+        Leaving rules ``espnet`` for ``asr`` turns ESPnet's ``max_len_ratio`` 0 into asr's 1.0 (every
+        encoder frame either way) unless ``max_len_ratio`` is given too."""
+        over = {k: v for k, v in overrides.items() if v is not None}
+        if over.get("rules") == "asr" and "max_len_ratio" not in over and self.max_len_ratio == 0:
+            over["max_len_ratio"] = 1.0
+        cfg = dataclasses.replace(self, **over)
         cfg.validate()
         return cfg
 

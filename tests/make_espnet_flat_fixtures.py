@@ -59,6 +59,7 @@ from pathlib import Path
 import torch
 import yaml
 from make_espnet_fixtures import (
+    FULL_100H,
     build_espnet,
     collect_stats,
     data_root,
@@ -81,17 +82,11 @@ STATS = Path("exp") / "asr_stats" / "train" / "feats_stats.npz"
 ASR_EXP = Path("exp") / "asr_train"
 LM_EXP = Path("exp") / "lm_train"
 
-CONF = {
-    "frontend_conf": {"n_fft": 512, "win_length": 400, "hop_length": 160},
-    "normalize": "global_mvn",
-    "encoder_conf": {"output_size": 48, "attention_heads": 4, "linear_units": 128, "num_blocks": 3,
-                     "dropout_rate": 0.1, "positional_dropout_rate": 0.1, "attention_dropout_rate": 0.1,
-                     "input_layer": "conv2d6", "normalize_before": True},
-    "decoder_conf": {"attention_heads": 6, "linear_units": 96, "num_blocks": 2, "dropout_rate": 0.1,
-                     "positional_dropout_rate": 0.1, "self_attention_dropout_rate": 0.1,
-                     "src_attention_dropout_rate": 0.1},
-    "model_conf": {"ctc_weight": 0.3, "lsm_weight": 0.1, "length_normalized_loss": False},
-}  # fmt: skip
+# the published 100 h layout (frontend, global_mvn, pre-norm, dropouts, CTC 0.3, lsm 0.1) at other sizes:
+# conv2d6, decoder heads and FFN other than the encoder's
+CONF = {k: copy.deepcopy(v) for k, v in FULL_100H.items() if k != "vocab"}
+CONF["encoder_conf"].update(output_size=48, attention_heads=4, linear_units=128, num_blocks=3, input_layer="conv2d6")
+CONF["decoder_conf"].update(attention_heads=6, linear_units=96, num_blocks=2)
 LM_CONF = {"pos_enc": None, "embed_unit": 32, "att_unit": 48, "head": 4, "unit": 96, "layer": 2, "dropout_rate": 0.0}
 VOCAB = 150  # SentencePiece pieces
 BRIEF_STEPS = 500

@@ -33,9 +33,9 @@ from pathlib import Path
 
 import torch
 import yaml
+from make_espnet_fixtures import data_root, librispeech_utterances, quiet_espnet, read_wav
 
 ROOT = Path(__file__).resolve().parents[1]
-from make_espnet_fixtures import data_root, librispeech_utterances, quiet_espnet, read_wav
 
 ASR_FIXTURE = ROOT / "tests" / "fixtures" / "espnet" / "trained_100h"
 OUT = ROOT / "tests" / "fixtures" / "espnet_lm"

@@ -12,8 +12,6 @@ def _decode_settings(args: argparse.Namespace, base):
     keys = ("mode", "beam_size", "ctc_weight", "length_bonus", "max_frames", "precision", "lm_weight", "quantize_lm",
             "speed", "speeds", "rules", "max_len_ratio")
     over = {k: getattr(args, k, None) for k in keys}
-    if over["rules"] == "asr" and over["max_len_ratio"] is None and base.max_len_ratio == 0:
-        over["max_len_ratio"] = 1.0  # ESPnet's 0 (every encoder frame, with end detection) in asr's terms
     if over["speed"] is not None:  # one speed replaces the config's ensemble, and an ensemble its one speed
         over["speeds"] = []
     elif over["speeds"] is not None:

@@ -29,7 +29,7 @@ import torch
 
 from asr.decode.ctc_prefix_score import CTCPrefixScorer, CTCPrefixState
 from asr.decode.greedy import max_lengths
-from asr.decode.rules import end_detected, espnet_max_length, get_rules
+from asr.decode.rules import end_detected, get_rules
 from asr.lm.cache import LMCache
 from asr.model.asr_model import BLANK_ID
 from asr.model.kv_cache import KVCache
@@ -202,10 +202,7 @@ def beam_search(
     # the first step's W rows of an utterance are alike (sos, nothing seen): its decoder, LM and
     # CTC states hold one row per utterance, whose scores stand for all W (fan), until it branches
     fan = w
-    if r.eos_scored_at_limit or max_len is not None:
-        limits = max_lengths(mem_lens, max_len, max_len_ratio)[utts]
-    else:
-        limits = torch.tensor([espnet_max_length(int(n), max_len_ratio) for n in mem_lens[utts]], device=dev)
+    limits = max_lengths(mem_lens, max_len, max_len_ratio, round_up=r.limit_rounds_up)[utts]
     detect = r.end_detect and max_len is None and max_len_ratio == 0
     raw = [[] for _ in range(b_total)] if detect else None  # (length, score) of the ended, for end detection
     beams = _Beams(
@@ -236,8 +233,8 @@ def beam_search(
         if fan > 1:  # each row's scores for the W rows it stands for: (B*W, K)
             cand, cand_ids, psi = (None if t is None else t.repeat_interleave(fan, 0) for t in (cand, cand_ids, psi))
         cand = cand + length_bonus
-        at_limit = (beams.limits <= step).repeat_interleave(w)  # (B*W,) only eos may follow
-        if r.eos_scored_at_limit and bool(at_limit.any()):
+        at_limit = (beams.limits <= step).repeat_interleave(w) if r.eos_scored_at_limit else None  # only eos follows
+        if at_limit is not None and bool(at_limit.any()):
             is_eos = (cand_ids == eos) if cand_ids is not None else (torch.arange(v, device=dev) == eos)
             cand = torch.where(at_limit.unsqueeze(1) & ~is_eos, -math.inf, cand)
 

@@ -11,9 +11,11 @@ from asr.model.asr_model import BLANK_ID
 __all__ = ["greedy_search", "ctc_greedy_search", "max_lengths"]
 
 
-def max_lengths(mem_lens: torch.Tensor, max_len: int | None = None, max_len_ratio: float = 1.0) -> torch.Tensor:
+def max_lengths(
+    mem_lens: torch.Tensor, max_len: int | None = None, max_len_ratio: float = 1.0, round_up: bool = True
+) -> torch.Tensor:
     """Per-utterance output limit (B,): ``max_len`` when given, else ceil(ratio * encoder length)
-    (ratio 0, ESPnet's convention: the encoder length).
+    (``round_up=False``: ESPnet's int(), at least 1; ratio 0, ESPnet's convention: the encoder length).
 
     Derived from each utterance's own encoder length, so a batch never changes a result.
     """
@@ -21,7 +23,8 @@ def max_lengths(mem_lens: torch.Tensor, max_len: int | None = None, max_len_rati
         return torch.full_like(mem_lens, max_len)
     if max_len_ratio == 0:
         return mem_lens.clamp_min(1)
-    return torch.ceil(mem_lens.double() * max_len_ratio).long().clamp_min(1)
+    scaled = mem_lens.double() * max_len_ratio
+    return (torch.ceil(scaled) if round_up else torch.floor(scaled)).long().clamp_min(1)
 
 
 @torch.inference_mode()

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Rules", "RULES", "get_rules", "end_detected", "espnet_max_length"]
+__all__ = ["Rules", "RULES", "get_rules", "end_detected"]
 
 
 @dataclass(frozen=True)
@@ -44,16 +44,17 @@ class Rules:
     decoder_may_emit_blank: bool  # without CTC, blank is a candidate like any token (ESPnet's decoder scores it)
     end_detect: bool  # ESPnet's end detection, when max_len_ratio is 0
     eos_scored_at_limit: bool  # at the limit eos is scored (else the survivors end as they are)
+    limit_rounds_up: bool  # the limit is ceil(max_len_ratio x frames) (else ESPnet's int(), at least 1)
     min_len_suppresses_eos: bool  # eos is masked before min_len (else: hypotheses ending there are dropped)
     bound_stop_nbest_only: bool  # the "nothing can beat the best ended" stop only when nbest == 1
 
 
 RULES = {
     "asr": Rules("asr", keep_full_beam=True, stop_when_beam_ended=True, decoder_may_emit_blank=False,
-                 end_detect=False, eos_scored_at_limit=True, min_len_suppresses_eos=True,
+                 end_detect=False, eos_scored_at_limit=True, limit_rounds_up=True, min_len_suppresses_eos=True,
                  bound_stop_nbest_only=False),
     "espnet": Rules("espnet", keep_full_beam=False, stop_when_beam_ended=False,
-                    decoder_may_emit_blank=True, end_detect=True, eos_scored_at_limit=False,
+                    decoder_may_emit_blank=True, end_detect=True, eos_scored_at_limit=False, limit_rounds_up=False,
                     min_len_suppresses_eos=False, bound_stop_nbest_only=True),
 }  # fmt: skip
 
@@ -83,8 +84,3 @@ def end_detected(ended: list[tuple[int, float]], i: int) -> bool:
             count += 1
     return count == END_DETECT_SPAN
 
-
-def espnet_max_length(frames: int, ratio: float) -> int:
-    """ESPnet's maximum output length for ``frames`` encoder frames: all of them for ratio 0,
-    else ``max(1, int(ratio x frames))``."""
-    return frames if ratio == 0 else max(1, int(ratio * frames))
