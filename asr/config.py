@@ -63,8 +63,17 @@ class ModelConfig:
     # on every class but the target, loss as KL divergence (ESPnet's LabelSmoothingLoss)
     padding: str = "exact"  # "exact": an encoder frame never reads padding; "espnet": ESPnet's lengths after
     # subsampling (ceil per stride) and zeroed padded features, so a batch gives what ESPnet gives
+    # What Whisper does differently (asr.importers.whisper sets these; docs/whisper.md):
+    activation: str = "relu"  # the FFN's: "relu", or "gelu" (exact, erf)
+    positions: str = "sinusoidal"  # "sinusoidal": x * sqrt(d_model) + sin/cos interleaved (ours, ESPnet's);
+    # "whisper": the encoder adds Whisper's sinusoids (sin half, cos half) and the decoder a learned table, unscaled
+    max_source_len: int = 1500  # positions "whisper": encoder frames of the position table (30 s)
+    max_target_len: int = 448  # positions "whisper": decoder positions (prompt and output together)
+    ctc_head: bool = True  # false: no CTC head (an imported Whisper model; ctc_weight must be 0)
+    sos_id: int = -1  # the decoder's start token; -1: vocab_size - 1 (ours and ESPnet's <sos/eos>)
+    eos_id: int = -1  # its end token; -1: vocab_size - 1
 
-    FRONTENDS = ("linear", "conv2d", "linear_norm", "conv2d6", "conv2d8")
+    FRONTENDS = ("linear", "conv2d", "linear_norm", "conv2d6", "conv2d8", "conv1d")
 
     def validate(self, prefix: str = "model") -> None:
         fronts = " or ".join(map(repr, self.FRONTENDS))
@@ -74,6 +83,17 @@ class ModelConfig:
         _check(self.label_smoothing_mode in modes, prefix, "label_smoothing_mode", "'uniform' or 'espnet'",
                self.label_smoothing_mode)
         _check(self.padding in ("exact", "espnet"), prefix, "padding", "'exact' or 'espnet'", self.padding)
+        _check(self.activation in ("relu", "gelu"), prefix, "activation", "'relu' or 'gelu'", self.activation)
+        _check(self.positions in ("sinusoidal", "whisper"), prefix, "positions", "'sinusoidal' or 'whisper'",
+               self.positions)
+        for k in ("max_source_len", "max_target_len"):
+            _check(getattr(self, k) >= 1, prefix, k, "a positive integer", getattr(self, k))
+        _check(self.ctc_head or self.ctc_weight == 0, prefix, "ctc_weight", "0 without a CTC head (ctc_head false)",
+               self.ctc_weight)
+        for k in ("sos_id", "eos_id"):
+            v = getattr(self, k)
+            _check(v >= -1 and (self.vocab_size == 0 or v < self.vocab_size), prefix, k,
+                   f"-1 (vocab_size - 1) or an id below vocab_size={self.vocab_size}", v)
         if self.padding == "espnet":
             _check(self.conv_stack == 1, prefix, "conv_stack", "1 with padding 'espnet'", self.conv_stack)
         _check(0 < self.layer_norm_eps < 1, prefix, "layer_norm_eps", "a value in (0, 1)", self.layer_norm_eps)
@@ -146,8 +166,11 @@ class DataConfig:
     normalizer: str = "librispeech"  # text normalisation, see asr.text
     sample_rate: int = 16000
     num_mel_bins: int = 80
-    features: str = "kaldi"  # "kaldi" (Kaldi fbank, 25/10 ms) or "espnet" (ESPnet's default frontend: STFT power
-    # spectrum, librosa's Slaney mel filterbank, natural log; asr.features.espnet)
+    features: str = "kaldi"  # "kaldi" (Kaldi fbank, 25/10 ms), "espnet" (ESPnet's default frontend: STFT power
+    # spectrum, librosa's Slaney mel filterbank, natural log; asr.features.espnet) or "whisper" (Whisper's log-mel:
+    # the same filterbank on a 400-point STFT, log10, floored 8 below the utterance's maximum, (x + 4) / 4)
+    pad_to: float = 0.0  # seconds: audio padded with zeros or cut to this length before the features (Whisper's
+    # encoder reads 30 s windows: 30); 0: each utterance as long as it is
     n_fft: int = 512  # features "espnet" only: FFT size, window and hop in samples
     win_length: int = 400
     hop_length: int = 160
@@ -166,12 +189,16 @@ class DataConfig:
     def validate(self, prefix: str = "data") -> None:
         _check(self.sample_rate > 0, prefix, "sample_rate", "a positive integer", self.sample_rate)
         _check(self.num_mel_bins > 0, prefix, "num_mel_bins", "a positive integer", self.num_mel_bins)
-        _check(self.features in ("kaldi", "espnet"), prefix, "features", "'kaldi' or 'espnet'", self.features)
+        feats = ("kaldi", "espnet", "whisper")
+        _check(self.features in feats, prefix, "features", " or ".join(map(repr, feats)), self.features)
+        _check(self.pad_to >= 0, prefix, "pad_to", "seconds >= 0 (0: no padding)", self.pad_to)
+        if self.features == "whisper":
+            _check(self.sample_rate == 16000, prefix, "sample_rate", "16000 with features 'whisper'", self.sample_rate)
         for k in ("n_fft", "win_length", "hop_length"):
             _check(getattr(self, k) > 0, prefix, k, "a positive integer", getattr(self, k))
         _check(self.win_length <= self.n_fft, prefix, "win_length", f"<= n_fft={self.n_fft}", self.win_length)
-        if self.features == "espnet":
-            _check(self.dither == 0, prefix, "dither", "0 with features 'espnet' (ESPnet's frontend has none)",
+        if self.features != "kaldi":
+            _check(self.dither == 0, prefix, "dither", f"0 with features {self.features!r} (only Kaldi's has dither)",
                    self.dither)
         _check(self.max_frames > 0, prefix, "max_frames", "a positive integer", self.max_frames)
         _check(self.max_utterances > 0, prefix, "max_utterances", "a positive integer", self.max_utterances)
@@ -245,7 +272,12 @@ class DecodeConfig:
     length_bonus: float = 0.0  # added to a hypothesis' score per emitted token (old name: length_penalty)
     length_norm: bool = False  # rank finished hypotheses by score / length
     max_len_ratio: float = 1.0  # maximum output tokens = ratio * encoder frames (0 with rules espnet: end detection)
-    rules: str = "asr"  # the search's rules (asr.decode.rules): "asr", or "espnet" as ESPnet's Speech2Text decodes
+    rules: str = "asr"  # the search's rules (asr.decode.rules): "asr", "espnet" as ESPnet's Speech2Text decodes, or
+    # "whisper" as openai-whisper's decode does (set by asr import whisper)
+    language: str = ""  # rules whisper, multilingual models: the spoken language ("en", "de", ...); empty: detected
+    task: str = "transcribe"  # rules whisper, multilingual models: "transcribe" or "translate" (into English)
+    timestamps: bool = False  # rules whisper: predict segment times (Whisper's timestamp tokens and their rules)
+    patience: float = 1.0  # rules whisper: the search ends when round(beam_size * patience) hypotheses have ended
     max_frames: int = 30000  # fbank frames per decoding batch
     precision: str = "fp32"  # "fp32", "auto", "bf16", "fp16": as train.precision (auto: bf16 only where native)
     lm: str = ""  # LM directory fused by default (asr decode/transcribe --lm override it); relative: to the model dir
@@ -280,7 +312,9 @@ class DecodeConfig:
         _check(not self.speeds or self.speed == 1.0, prefix, "speed",
                f"1.0 beside {prefix}.speeds (give one of the two)", self.speed)
         _check(0.0 <= self.ctc_weight <= 1.0, prefix, "ctc_weight", "a value in [0, 1]", self.ctc_weight)
-        _check(self.rules in ("asr", "espnet"), prefix, "rules", "'asr' or 'espnet'", self.rules)
+        _check(self.rules in ("asr", "espnet", "whisper"), prefix, "rules", "'asr', 'espnet' or 'whisper'", self.rules)
+        _check(self.task in ("transcribe", "translate"), prefix, "task", "'transcribe' or 'translate'", self.task)
+        _check(self.patience > 0, prefix, "patience", "a positive number", self.patience)
         _check(self.max_len_ratio > 0 or (self.max_len_ratio == 0 and self.rules == "espnet"), prefix,
                "max_len_ratio", "a positive number (0 only with rules espnet)", self.max_len_ratio)  # fmt: skip
         _check(self.max_frames > 0, prefix, "max_frames", "a positive integer", self.max_frames)

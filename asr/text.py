@@ -68,9 +68,25 @@ def normalize_none(text: str) -> str:
     return " ".join(text.split())
 
 
+def normalize_whisper(text: str) -> str:
+    """Whisper's English normaliser (the 'whisper' extra's whisper-normalizer package): lower case, no
+    punctuation, numbers as digits ("twenty five" and "25" both "25"), American spellings ("colour"
+    "color"), abbreviations spelled out ("mr" "mister"), filler words dropped. For written-form
+    output (Whisper's "25", "Mr.") against spoken-form references (LibriSpeech's): both sides alike."""
+    global _whisper_english
+    if _whisper_english is None:
+        from asr.whisper_text import whisper_english_normalizer
+
+        _whisper_english = whisper_english_normalizer()
+    return " ".join(_whisper_english(text).split())
+
+
+_whisper_english = None
+
 NORMALIZERS: dict[str, Callable[[str], str]] = {
     "librispeech": normalize_librispeech,
     "none": normalize_none,
+    "whisper": normalize_whisper,
 }
 
 

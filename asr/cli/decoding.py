@@ -10,7 +10,7 @@ from pathlib import Path
 def _decode_settings(args: argparse.Namespace, base):
     """The model's decode section with the command-line overrides applied."""
     keys = ("mode", "beam_size", "ctc_weight", "length_bonus", "max_frames", "precision", "lm_weight", "quantize_lm",
-            "speed", "speeds", "rules", "max_len_ratio")
+            "speed", "speeds", "rules", "max_len_ratio", "language", "task", "patience")
     over = {k: getattr(args, k, None) for k in keys}
     if over["speed"] is not None:  # one speed replaces the config's ensemble, and an ensemble its one speed
         over["speeds"] = []
@@ -40,9 +40,15 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctc-weight", type=float, help="weight of CTC prefix scores (default: model config)")
     p.add_argument("--length-bonus", "--length-penalty", dest="length_bonus", type=float,
                    help="added to the score per output token (default: model config; --length-penalty: old name)")
-    p.add_argument("--rules", choices=["asr", "espnet"],
+    p.add_argument("--rules", choices=["asr", "espnet", "whisper"],
                    help="the search's rules (docs/search.md; default: the model config's decode.rules: espnet for "
-                        "imported ESPnet models, else asr)")
+                        "imported ESPnet models, whisper for Whisper models, else asr)")
+    p.add_argument("--language", help="Whisper, multilingual models: the spoken language (en, de, ...; default: "
+                   "detected per utterance)")
+    p.add_argument("--task", choices=["transcribe", "translate"], help="Whisper, multilingual models: transcribe, "
+                   "or translate into English (default: transcribe)")
+    p.add_argument("--patience", type=float, help="Whisper's beam search: stop when beam x patience hypotheses "
+                   "have ended (default: 1.0)")
     p.add_argument("--max-len-ratio", type=float,
                    help="longest output = ratio x encoder frames (default: the model config's; 0 with --rules "
                         "espnet: every frame, with ESPnet's end detection)")
@@ -188,7 +194,8 @@ def add_score(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--report", help="write per-utterance alignments and the top confusions here")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
     p.add_argument("--json-out", metavar="FILE", help="also write the JSON object to FILE (recipes collect these)")
-    p.add_argument("--normalizer", default="librispeech", help="text normaliser for both sides ('none': as is)")
+    p.add_argument("--normalizer", default="librispeech", help="text normaliser for both sides: librispeech, "
+                   "whisper (Whisper's English normaliser, for written-form output; the 'whisper' extra) or none")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the 95%% interval")
 
 

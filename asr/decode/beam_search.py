@@ -30,6 +30,7 @@ import torch
 from asr.decode.ctc_prefix_score import CTCPrefixScorer, CTCPrefixState
 from asr.decode.greedy import max_lengths
 from asr.decode.rules import end_detected, get_rules
+from asr.decode.whisper import WhisperPrompt, filter_logits
 from asr.lm.cache import LMCache
 from asr.model.asr_model import BLANK_ID
 from asr.model.kv_cache import KVCache
@@ -44,10 +45,13 @@ class Hypothesis:
 
     ``score`` is the sum of the step scores (length bonus included); with length normalisation
     hypotheses are ranked by ``score / (len(tokens) + 1)``, which is then stored in ``score``.
+    Under Whisper's rules ``score`` is the sum of log-probabilities (eos included where the
+    hypothesis ended with it) and ``language`` the prompt's language.
     """
 
     tokens: list[int]
     score: float
+    language: str | None = None
 
 
 @dataclass
@@ -130,14 +134,18 @@ def _stable_slots(parent: torch.Tensor, live: torch.Tensor | None = None) -> tor
     return torch.tensor(perms, device=parent.device)
 
 
-def _end(finished: list[list[Hypothesis]], beams: _Beams, ended, top, parent, tail, length_norm: bool, raw):
+def _end(finished: list[list[Hypothesis]], beams: _Beams, ended, top, parent, tail, length_norm: bool, raw,
+         cap: int = 0):
     """Move the hypotheses ``ended`` (B, K) to ``finished``: their tokens are the parent row's
     (``parent`` (B, K)), followed by ``tail`` (B, K) where that is not None, and their scores
-    ``top`` (B, K). ``raw``: per input utterance, (length with sos and eos, unnormalised score) of
-    each, for end detection (None: not kept)."""
+    ``top`` (B, K), taken in order of K (best first). ``raw``: per input utterance, (length with
+    sos and eos, unnormalised score) of each, for end detection (None: not kept). ``cap`` > 0: an
+    utterance keeps no more than that many ended hypotheses."""
     for bi, j in torch.nonzero(ended).tolist():
-        hyp_tokens = beams.seqs[parent[bi, j]].tolist() + ([] if tail is None else [int(tail[bi, j])])
         s, u = float(top[bi, j]), int(beams.utts[bi])
+        if cap and len(finished[u]) >= cap:
+            continue
+        hyp_tokens = beams.seqs[parent[bi, j]].tolist() + ([] if tail is None else [int(tail[bi, j])])
         finished[u].append(Hypothesis(hyp_tokens, s / (len(hyp_tokens) + 1) if length_norm else s))
         if raw is not None:
             raw[u].append((len(hyp_tokens) + 2, s))
@@ -161,6 +169,8 @@ def beam_search(
     lm=None,
     lm_weight: float = 0.0,
     rules: str = "asr",
+    prompt: WhisperPrompt | None = None,
+    patience: float = 1.0,
 ) -> list[list[Hypothesis]]:
     """Batched joint CTC/attention beam search; memory (B, S, D), mem_lens (B,).
 
@@ -171,9 +181,12 @@ def beam_search(
     ``lm``: a language model network (``asr.lm``: ``init_cache``, ``step``) over the same ids, fused
     with ``lm_weight``; check the vocabularies first (``asr.lm.check_lm_fits``). ``rules``: ``asr`` or
     ``espnet`` (``asr.decode.rules``); with ``espnet``, ``max_len_ratio`` 0 is ESPnet's maxlenratio 0
-    (every encoder frame, with end detection) and ``min_len`` drops shorter hypotheses.
+    (every encoder frame, with end detection) and ``min_len`` drops shorter hypotheses. ``whisper``
+    needs ``prompt`` (``asr.decode.whisper``) and stops at ``round(beam_size x patience)`` ended.
     """
     r = get_rules(rules)
+    if r.whisper_prompt and prompt is None:
+        raise ValueError("beam_search: rules 'whisper' need a prompt (asr.decode.whisper.WhisperPrompt)")
     if max_len_ratio == 0 and r.eos_scored_at_limit:
         raise ValueError(f"beam_search: max_len_ratio 0 needs rules with end detection, not {rules!r}")
     decoder = model.decoder
@@ -192,6 +205,7 @@ def beam_search(
     if utts.numel() == 0:
         return [[Hypothesis([], 0.0)] for _ in range(b_total)]
     b = utts.numel()
+    cap = max(1, round(w * patience)) if r.ended_capped else 0  # Whisper's max_candidates
     scorer = k_pre = None
     if ctc_weight > 0:
         lp = model.ctc_log_probs(memory) if ctc_log_probs is None else ctc_log_probs
@@ -205,22 +219,32 @@ def beam_search(
     limits = max_lengths(mem_lens, max_len, max_len_ratio, round_up=r.limit_rounds_up)[utts]
     detect = r.end_detect and max_len is None and max_len_ratio == 0
     raw = [[] for _ in range(b_total)] if detect else None  # (length, score) of the ended, for end detection
+    cache = decoder.init_cache(memory[utts], mem_lens[utts])  # cross K/V once per utterance
+    first = torch.full((b,), model.sos_id, dtype=torch.long, device=dev)
+    if prompt is not None:  # the prompt's tokens before the last enter the cache; the last is the first input
+        prompt = prompt.select(utts)
+        for t in range(prompt.tokens.shape[1] - 1):
+            _, cache = decoder.step(prompt.tokens[:, t], cache)
+        first = prompt.tokens[:, -1]
     beams = _Beams(
         utts=utts,
         limits=limits,
         scores=scores,
         seqs=torch.zeros(b * w, 0, dtype=torch.long, device=dev),
-        tokens=torch.full((b,), model.sos_id, dtype=torch.long, device=dev),
-        cache=decoder.init_cache(memory[utts], mem_lens[utts]),  # cross K/V once per utterance
+        tokens=first,
+        cache=cache,
         ctc=scorer.initial_state(torch.arange(b, device=dev)) if scorer else None,
         lm_cache=lm.init_cache(b, dev) if lm is not None else None,
     )
     # scores only fall: a finished best cannot be beaten (for the n-best too with asr's rules)
-    bound_stop = length_bonus <= 0 and not length_norm and (nbest == 1 or not r.bound_stop_nbest_only)
+    bound_stop = (length_bonus <= 0 and not length_norm and not r.rank_by_mean
+                  and (nbest == 1 or not r.bound_stop_nbest_only))
 
     step = 0
     while b > 0:
         logits, beams.cache = decoder.step(beams.tokens, beams.cache)  # (B*W / fan, V)
+        if prompt is not None:
+            logits = filter_logits(logits, beams.seqs if fan == 1 else None, step, prompt)
         att = torch.log_softmax(logits.float(), dim=-1)
         if scorer is None and not r.decoder_may_emit_blank:
             att[:, BLANK_ID] = -math.inf  # blank is never a decoder target (with CTC it has no prefix score)
@@ -247,9 +271,12 @@ def beam_search(
         parent = torch.div(flat, kc, rounding_mode="floor") + torch.arange(b, device=dev).unsqueeze(1) * w
         tok = flat % kc if cand_ids is None else cand_ids[parent, flat % kc]  # (B, 2W or W)
         ended = (tok == eos) & torch.isfinite(top)
-        ended[:, w:] = False
+        if r.end_before_beam_full:  # Whisper: an eos ranked before the W-th continuing candidate ends
+            ended &= ((tok != eos).cumsum(1) - (tok != eos).long()) < w
+        else:
+            ended[:, w:] = False
         _end(finished, beams, ended & (r.min_len_suppresses_eos or step >= min_len), top, parent, None, length_norm,
-             raw)  # fmt: skip
+             raw, cap)  # fmt: skip
         if r.keep_full_beam:
             order = (torch.arange(top.shape[1], device=dev) + (tok == eos) * top.shape[1]).argsort(dim=1)[:, :w]
         else:  # the ended leave the beam
@@ -261,7 +288,12 @@ def beam_search(
         if not r.eos_scored_at_limit:  # at the maximum length the survivors end as they are (ESPnet)
             last = (beams.limits - 1 <= step).unsqueeze(1) & torch.isfinite(new_scores)
             if bool(last.any()) and (r.min_len_suppresses_eos or step >= min_len):
-                _end(finished, beams, last, new_scores, sel_parent, tokens, length_norm, raw)
+                if r.ended_capped:  # Whisper: the best survivors fill the ended list up to W, best first
+                    by = new_scores.argsort(1, descending=True)
+                    _end(finished, beams, last.gather(1, by), new_scores.gather(1, by), sel_parent.gather(1, by),
+                         tokens.gather(1, by), length_norm, raw, w)
+                else:
+                    _end(finished, beams, last, new_scores, sel_parent, tokens, length_norm, raw)
         step += 1
 
         # an utterance is done past its limit, when nothing runs or can improve, with W ended
@@ -270,7 +302,7 @@ def beam_search(
         best_run = new_scores.max(1).values  # (B,)
         done = (beams.limits < step if r.eos_scored_at_limit else beams.limits <= step) | torch.isneginf(best_run)
         if r.stop_when_beam_ended:
-            done |= torch.tensor([len(finished[int(u)]) >= w for u in beams.utts], device=dev)
+            done |= torch.tensor([len(finished[int(u)]) >= (cap or w) for u in beams.utts], device=dev)
         if bound_stop:
             best_fin = [max((h.score for h in finished[int(u)]), default=-math.inf) for u in beams.utts]
             done |= torch.tensor(best_fin, device=dev) >= best_run
@@ -293,5 +325,12 @@ def beam_search(
         beams.advance(sel_parent, tokens, new_scores, ctc, keep, state_parent)
         b, fan = beams.utts.numel(), 1
 
-    best_first = [sorted(hyps, key=lambda h: h.score, reverse=True) for hyps in finished]
+    if r.rank_by_mean:  # Whisper's ranking: the mean log-probability per token (eos not counted)
+        best_first = [sorted(hyps, key=lambda h: h.score / max(1, len(h.tokens)), reverse=True) for hyps in finished]
+    else:
+        best_first = [sorted(hyps, key=lambda h: h.score, reverse=True) for hyps in finished]
+    if prompt is not None:  # selected for the live utterances above: row i is utts[i]
+        for i, u in enumerate(utts.tolist()):
+            for h in best_first[u]:
+                h.language = prompt.languages[i]
     return [hyps[:nbest] or [Hypothesis([], -math.inf)] for hyps in best_first]

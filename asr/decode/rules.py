@@ -25,6 +25,16 @@ never an output) and eos is always scored.
     search also stops once nothing running can beat the best ended hypothesis: that cannot change
     the best one.
 
+``whisper`` (set by ``asr import whisper``: openai-whisper's ``decode`` at temperature 0)
+    The search starts from a prompt (start of transcript, language, task, no-timestamps) and some
+    tokens are never emitted (Whisper's suppression; a blank or end of text never first; with
+    timestamps, Whisper's timestamp rules), all applied to the logits before the softmax. Of the
+    best candidates, an eos ranked before the ``beam``-th continuing one ends a hypothesis, until
+    ``round(beam x patience)`` have ended, and the search stops then; at the length limit (224
+    tokens, half the decoder's positions) the survivors fill the ended list up to ``beam``,
+    unscored. The best is the highest mean log-probability per token (end of text not counted).
+    Beam 1 is Whisper's greedy decoding.
+
 ``docs/search.md`` measures both on the same models: how often each finds the better hypothesis
 and what each costs.
 """
@@ -47,6 +57,12 @@ class Rules:
     limit_rounds_up: bool  # the limit is ceil(max_len_ratio x frames) (else ESPnet's int(), at least 1)
     min_len_suppresses_eos: bool  # eos is masked before min_len (else: hypotheses ending there are dropped)
     bound_stop_nbest_only: bool  # the "nothing can beat the best ended" stop only when nbest == 1
+    end_before_beam_full: bool = False  # eos ends a hypothesis wherever it ranks before the beam-th continuing one
+    # (else: only among the first beam)
+    ended_capped: bool = False  # no more than round(beam x patience) hypotheses end (the rest are dropped), and
+    # at the limit the survivors only fill the ended list up to beam
+    rank_by_mean: bool = False  # the best ended hypothesis has the highest score per token (eos not counted)
+    whisper_prompt: bool = False  # a prompt, suppressed tokens and (optionally) timestamp rules: Whisper's
 
 
 RULES = {
@@ -56,6 +72,10 @@ RULES = {
     "espnet": Rules("espnet", keep_full_beam=False, stop_when_beam_ended=False,
                     decoder_may_emit_blank=True, end_detect=True, eos_scored_at_limit=False, limit_rounds_up=False,
                     min_len_suppresses_eos=False, bound_stop_nbest_only=True),
+    "whisper": Rules("whisper", keep_full_beam=True, stop_when_beam_ended=True, decoder_may_emit_blank=True,
+                     end_detect=False, eos_scored_at_limit=False, limit_rounds_up=True, min_len_suppresses_eos=True,
+                     bound_stop_nbest_only=True, end_before_beam_full=True, ended_capped=True, rank_by_mean=True,
+                     whisper_prompt=True),
 }  # fmt: skip
 
 

@@ -8,6 +8,7 @@ from asr.config import DecodeConfig
 from asr.decode.beam_search import Hypothesis, beam_search
 from asr.decode.ctc_beam import attention_rescoring, ctc_prefix_beam_search
 from asr.decode.greedy import ctc_greedy_search
+from asr.decode.whisper import WhisperPrompt
 from asr.hardware import autocast, resolve_precision
 
 __all__ = ["recognize", "check_mode"]
@@ -15,7 +16,7 @@ __all__ = ["recognize", "check_mode"]
 
 @torch.inference_mode()
 def recognize(
-    model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeConfig | None = None, lm=None
+    model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeConfig | None = None, lm=None, tokenizer=None
 ) -> list[Hypothesis]:
     """Best hypothesis for each utterance of a padded fbank batch (B, T, F) with lengths (B,).
 
@@ -24,18 +25,27 @@ def recognize(
     n-best rescored by the attention decoder). ``cfg.precision`` follows the training rule
     (``asr.hardware``): bf16 autocast only where asked for, or ``auto`` on hardware with native bf16.
     ``lm``: a language model network (``asr.lm``) fused with ``cfg.lm_weight`` in every mode but
-    ``ctc_greedy``; in ``rescore`` it scores the CTC n-best (found without it).
+    ``ctc_greedy``; in ``rescore`` it scores the CTC n-best (found without it). Rules ``whisper`` need
+    the model's ``tokenizer`` (``asr.whisper_text.WhisperTokenizer``): the prompt and the suppressed tokens.
     """
     cfg = cfg or DecodeConfig()
     dev = next(model.parameters()).device
     with autocast(resolve_precision(cfg.precision, dev, "decode.precision"), dev):
-        return _recognize(model, feats.to(dev), feat_lens.to(dev), cfg, lm)
+        return _recognize(model, feats.to(dev), feat_lens.to(dev), cfg, lm, tokenizer)
 
 
-def _recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeConfig, lm) -> list[Hypothesis]:
+def _recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeConfig, lm, tokenizer
+               ) -> list[Hypothesis]:
     check_mode(model, cfg)  # before the encoder runs
     dev = feats.device
     memory, mem_lens = model.encode(feats, feat_lens)  # (B, S, D), (B,)
+    if cfg.rules == "whisper":
+        if not hasattr(tokenizer, "timestamp_begin"):
+            raise ValueError("decode.rules=whisper needs the model's Whisper tokenizer (its tokenizer.json)")
+        prompt = WhisperPrompt.build(model, memory, mem_lens, tokenizer, cfg.language, cfg.task, cfg.timestamps)
+        nbest = beam_search(model, memory, mem_lens, beam_size=cfg.beam_size, max_len=model.cfg.max_target_len // 2,
+                            rules="whisper", prompt=prompt, patience=cfg.patience)
+        return [h[0] for h in nbest]
     if cfg.mode == "attention":
         nbest = beam_search(
             model,

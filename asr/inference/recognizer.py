@@ -23,6 +23,7 @@ from asr.text import TOKENIZER_FILE, Tokenizer
 
 if TYPE_CHECKING:
     from asr.lm import LanguageModel
+    from asr.whisper_text import WhisperTokenizer
 
 __all__ = ["Recognizer", "load_model"]
 
@@ -31,7 +32,7 @@ __all__ = ["Recognizer", "load_model"]
 class Recognizer:
     model: torch.nn.Module  # an ASRModel, in eval mode
     config: Config  # the full experiment configuration the model was trained with
-    tokenizer: Tokenizer | None  # None when the model directory has no tokenizer.model
+    tokenizer: Tokenizer | WhisperTokenizer | None  # None when the model directory has none
     lm: LanguageModel | None = None  # fused with decode.lm_weight; see :meth:`use_lm`
 
     @property
@@ -68,7 +69,7 @@ class Recognizer:
         from asr.decode import recognize
 
         cfg = decode or self.config.decode
-        return recognize(self.model, feats, feat_lens, cfg, self._fused_lm(cfg))
+        return recognize(self.model, feats, feat_lens, cfg, self._fused_lm(cfg), self.tokenizer)
 
     def recognize_views(self, views, decode: DecodeConfig | None = None):
         """``{id: Hypothesis}`` over several views of the same utterances (``decode.speeds``):
@@ -103,6 +104,18 @@ def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu")
     cfg = load_config(d / CONFIG_FILE)
     model = ASRModel(cfg.model)
     load_weights(model, d / MODEL_FILE)
-    tokenizer = Tokenizer.load(d / TOKENIZER_FILE) if (d / TOKENIZER_FILE).is_file() else None
+    tokenizer = _load_tokenizer(d, cfg, model)
     rec = Recognizer(model.to(device).eval(), cfg, tokenizer)
     return rec.use_lm(cfg.decode.lm, base=d) if cfg.decode.lm else rec  # the directory's default LM
+
+
+def _load_tokenizer(d: Path, cfg: Config, model) -> Tokenizer | WhisperTokenizer | None:
+    """The directory's tokenizer: SentencePiece's tokenizer.model, or a Whisper model's tokenizer.json."""
+    if cfg.decode.rules == "whisper" or cfg.data.features == "whisper":
+        from asr.whisper_text import WHISPER_TOKENIZER_FILE, WhisperTokenizer
+
+        tok = WhisperTokenizer(d / WHISPER_TOKENIZER_FILE, multilingual=model.vocab_size >= 51865)
+        if tok.vocab_size != model.vocab_size:
+            raise ValueError(f"{d / WHISPER_TOKENIZER_FILE}: {tok.vocab_size} ids, the model {model.vocab_size}")
+        return tok
+    return Tokenizer.load(d / TOKENIZER_FILE) if (d / TOKENIZER_FILE).is_file() else None

@@ -124,6 +124,9 @@ class Transcriber:
             raise ValueError(f"window: expected more than 1 second, got {window}")
         if rec.tokenizer is None:
             raise ValueError("the model has no tokenizer: load it from a model directory with tokenizer.model")
+        pad_to = rec.config.data.pad_to
+        if pad_to and window > pad_to:
+            raise ValueError(f"window: {window} s, but the model reads windows of at most {pad_to} s (data.pad_to)")
         self.rec = rec
         self.decode = decode or rec.config.decode
         self.decode.validate()

@@ -58,8 +58,10 @@ class ASRModel(nn.Module):
             raise ValueError(f"model.vocab_size: expected >= 3 (blank, unk, sos/eos), got {cfg.vocab_size}")
         self.cfg = cfg
         self.vocab_size = cfg.vocab_size
-        self.sos_id = self.eos_id = cfg.vocab_size - 1
+        self.sos_id = cfg.vocab_size - 1 if cfg.sos_id < 0 else cfg.sos_id
+        self.eos_id = cfg.vocab_size - 1 if cfg.eos_id < 0 else cfg.eos_id
         pre = cfg.norm == "pre"
+        whisper = cfg.positions == "whisper"
         self.cmvn = GlobalCMVN(cfg.input_dim)
         self.espnet_padding = cfg.padding == "espnet"
         self.frontend = build_frontend(
@@ -67,12 +69,16 @@ class ASRModel(nn.Module):
             self.espnet_padding,
         )
         eps = cfg.layer_norm_eps
-        self.encoder = Encoder(cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.encoder_layers, cfg.dropout, pre, eps)
-        self.ctc = Linear(cfg.d_model, cfg.vocab_size)
+        self.encoder = Encoder(
+            cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.encoder_layers, cfg.dropout, pre, eps, cfg.activation,
+            cfg.max_source_len if whisper else 0,
+        )
+        self.ctc = Linear(cfg.d_model, cfg.vocab_size) if cfg.ctc_head else None
         self.decoder = (
             Decoder(
                 cfg.vocab_size, cfg.d_model, cfg.decoder_heads or cfg.heads, cfg.decoder_ffn_dim or cfg.ffn_dim,
-                cfg.decoder_layers, cfg.dropout, pre, eps, cfg.tie_output,
+                cfg.decoder_layers, cfg.dropout, pre, eps, cfg.tie_output, cfg.activation,
+                cfg.max_target_len if whisper else 0,
             )
             if cfg.decoder_layers > 0
             else None
@@ -109,6 +115,9 @@ class ASRModel(nn.Module):
         return x
 
     def ctc_log_probs(self, memory: torch.Tensor) -> torch.Tensor:
+        if self.ctc is None:
+            raise ValueError("the model has no CTC head (model.ctc_head is false): decode with mode attention, "
+                             "ctc_weight 0")
         return F.log_softmax(_at_least_fp32(self.ctc(memory)), dim=-1)  # (B, T', V)
 
     def decoder_io(self, tokens: torch.Tensor, token_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

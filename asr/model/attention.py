@@ -15,7 +15,10 @@ from asr.model import fast
 from asr.model.fast import Dropout, Linear
 from asr.model.kv_cache import KVSlot
 
-__all__ = ["MultiHeadAttention", "lengths_to_keep_mask", "causal_keep_mask", "SinusoidalPositions"]
+__all__ = [
+    "MultiHeadAttention", "lengths_to_keep_mask", "causal_keep_mask", "SinusoidalPositions", "TablePositions",
+    "whisper_sinusoids",
+]
 
 
 def lengths_to_keep_mask(lens: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
@@ -55,6 +58,39 @@ class SinusoidalPositions(nn.Module):
         if end > self.table.shape[0]:
             self.table = self._table(max(end, 2 * self.table.shape[0])).to(self.table.device)
         return self.dropout(x * self.scale + self.table[offset:end].to(x.dtype))
+
+
+def whisper_sinusoids(length: int, d_model: int, max_timescale: float = 10000.0) -> torch.Tensor:
+    """Whisper's encoder positions (length, d_model): sines in the first half of the dimensions,
+    cosines in the second, timescales from 1 to ``max_timescale`` in d_model / 2 geometric steps."""
+    step = math.log(max_timescale) / (d_model // 2 - 1)
+    inv = torch.exp(-step * torch.arange(d_model // 2, dtype=torch.float32))
+    t = torch.arange(length, dtype=torch.float32).unsqueeze(1) * inv.unsqueeze(0)  # (length, d_model / 2)
+    return torch.cat([torch.sin(t), torch.cos(t)], dim=1)
+
+
+class TablePositions(nn.Module):
+    """Whisper's positions: row ``offset + i`` of a table added to frame i, the input unscaled.
+
+    ``learned``: the table is a parameter (the decoder's); else a saved buffer holding
+    :func:`whisper_sinusoids` (the encoder's; an imported model brings its own, so it is exact).
+    More frames than the table has rows is an error: Whisper reads at most 30 s and 448 tokens.
+    """
+
+    def __init__(self, length: int, d_model: int, learned: bool, dropout: float = 0.0, what: str = "positions"):
+        super().__init__()
+        self.what = what
+        self.dropout = Dropout(dropout)
+        if learned:
+            self.table = nn.Parameter(torch.empty(length, d_model).normal_(std=0.01))
+        else:
+            self.register_buffer("table", whisper_sinusoids(length, d_model))
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:  # (B, L, D)
+        end = offset + x.shape[1]
+        if end > self.table.shape[0]:
+            raise ValueError(f"{self.what}: {end} positions asked for, the model has {self.table.shape[0]}")
+        return self.dropout(x + self.table[offset:end].to(x.dtype))
 
 
 class MultiHeadAttention(nn.Module):

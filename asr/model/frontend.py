@@ -8,7 +8,7 @@ from torch import nn
 from asr.model import fast
 from asr.model.fast import Linear
 
-__all__ = ["LinearStackFrontend", "LinearNormFrontend", "Conv2dFrontend", "build_frontend"]
+__all__ = ["LinearStackFrontend", "LinearNormFrontend", "Conv2dFrontend", "Conv1dFrontend", "build_frontend"]
 
 
 def stack_frames(x: torch.Tensor, stack: int) -> torch.Tensor:
@@ -135,6 +135,31 @@ class Conv2dFrontend(nn.Module):
         return self.proj(x), out_lens  # (B, T' / stack, D)
 
 
+class Conv1dFrontend(nn.Module):
+    """Whisper's: Conv1d (kernel 3, padding 1) + GELU, then Conv1d (kernel 3, stride 2, padding 1) + GELU.
+
+    Subsamples by 2 (output frame t reads input frames 2t - 2 .. 2t + 2, zero beyond the edges);
+    ``ceil(T / 2)`` output frames. On Whisper's 30-second windows every frame is real.
+    """
+
+    def __init__(self, input_dim: int, d_model: int):
+        super().__init__()
+        self.conv1 = nn.Conv1d(input_dim, d_model, 3, padding=1)
+        self.conv2 = nn.Conv1d(d_model, d_model, 3, stride=2, padding=1)
+
+    @property
+    def min_input_frames(self) -> int:
+        return 1
+
+    def output_lengths(self, lens: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
+        return torch.div(lens + 1, 2, rounding_mode="floor")
+
+    def forward(self, x: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        gelu = nn.functional.gelu
+        x = gelu(self.conv2(gelu(self.conv1(x.transpose(1, 2)))))  # (B, D, ceil(T / 2))
+        return x.transpose(1, 2), self.output_lengths(lens)  # (B, T', D)
+
+
 def build_frontend(
     kind: str, input_dim: int, d_model: int, stack: int, conv_channels: int = 0, conv_stack: int = 1,
     dropout: float = 0.0, espnet_lengths: bool = False,
@@ -143,6 +168,10 @@ def build_frontend(
         return LinearStackFrontend(input_dim, d_model, stack)
     if kind == "linear_norm":
         return LinearNormFrontend(input_dim, d_model, dropout)
+    if kind == "conv1d":
+        return Conv1dFrontend(input_dim, d_model)
     if kind in CONV_LAYERS:
         return Conv2dFrontend(input_dim, d_model, conv_channels, conv_stack, kind, espnet_lengths)
-    raise ValueError(f"model.frontend: expected one of 'linear', 'linear_norm', {', '.join(CONV_LAYERS)}; got {kind!r}")
+    raise ValueError(
+        f"model.frontend: expected one of 'linear', 'linear_norm', 'conv1d', {', '.join(CONV_LAYERS)}; got {kind!r}"
+    )

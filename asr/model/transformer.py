@@ -8,7 +8,13 @@ import torch
 from torch import nn
 
 from asr.model import fast
-from asr.model.attention import MultiHeadAttention, SinusoidalPositions, causal_keep_mask, lengths_to_keep_mask
+from asr.model.attention import (
+    MultiHeadAttention,
+    SinusoidalPositions,
+    TablePositions,
+    causal_keep_mask,
+    lengths_to_keep_mask,
+)
 from asr.model.fast import Dropout, FeedForward, Linear
 from asr.model.kv_cache import KVCache, KVSlot
 
@@ -18,11 +24,14 @@ __all__ = ["Encoder", "Decoder", "DecoderCache", "DecoderLayer"]
 class EncoderLayer(nn.Module):
     """Self-attention then FFN, each with a residual and LayerNorm (before: pre-norm; after: post-norm)."""
 
-    def __init__(self, d_model: int, heads: int, ffn_dim: int, dropout: float, pre_norm: bool, eps: float = 1e-5):
+    def __init__(
+        self, d_model: int, heads: int, ffn_dim: int, dropout: float, pre_norm: bool, eps: float = 1e-5,
+        activation: str = "relu",
+    ):
         super().__init__()
         self.pre_norm = pre_norm
         self.attn = MultiHeadAttention(d_model, heads, dropout)
-        self.ffn = FeedForward(d_model, ffn_dim, dropout)
+        self.ffn = FeedForward(d_model, ffn_dim, dropout, activation)
         self.norm1 = nn.LayerNorm(d_model, eps=eps)
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
         self.dropout = Dropout(dropout)
@@ -40,15 +49,18 @@ class Encoder(nn.Module):
     """Positions, then N encoder layers whose self-attention sees only each utterance's own frames.
 
     ``eps``: of every LayerNorm (ESPnet's Transformer uses 1e-12, PyTorch's default is 1e-5).
+    ``max_len`` > 0: Whisper's positions (a fixed table of that many frames, added unscaled).
     """
 
     def __init__(
-        self, d_model: int, heads: int, ffn_dim: int, layers: int, dropout: float, pre_norm: bool, eps: float = 1e-5
+        self, d_model: int, heads: int, ffn_dim: int, layers: int, dropout: float, pre_norm: bool, eps: float = 1e-5,
+        activation: str = "relu", max_len: int = 0,
     ):
         super().__init__()
-        self.pos = SinusoidalPositions(d_model, dropout)
+        self.pos = (TablePositions(max_len, d_model, False, dropout, "encoder frames") if max_len
+                    else SinusoidalPositions(d_model, dropout))
         self.layers = nn.ModuleList(
-            EncoderLayer(d_model, heads, ffn_dim, dropout, pre_norm, eps) for _ in range(layers)
+            EncoderLayer(d_model, heads, ffn_dim, dropout, pre_norm, eps, activation) for _ in range(layers)
         )
         self.norm = nn.LayerNorm(d_model, eps=eps) if pre_norm else nn.Identity()
 
@@ -111,13 +123,13 @@ class DecoderLayer(nn.Module):
 
     def __init__(
         self, d_model: int, heads: int, ffn_dim: int, dropout: float, pre_norm: bool, eps: float = 1e-5,
-        cross: bool = True,
+        cross: bool = True, activation: str = "relu",
     ):
         super().__init__()
         self.pre_norm = pre_norm
         self.self_attn = MultiHeadAttention(d_model, heads, dropout)
         self.cross_attn = MultiHeadAttention(d_model, heads, dropout, cross=True) if cross else None
-        self.ffn = FeedForward(d_model, ffn_dim, dropout)
+        self.ffn = FeedForward(d_model, ffn_dim, dropout, activation)
         self.norms = nn.ModuleList(nn.LayerNorm(d_model, eps=eps) for _ in range(3 if cross else 2))
         self.dropout = Dropout(dropout)
 
@@ -139,18 +151,20 @@ class Decoder(nn.Module):
     """Token embedding (tied with the output layer by default), positions, M decoder layers, logits.
 
     ``tie_output=False`` gives the output layer its own weight and a bias, as ESPnet's decoder has.
+    ``max_len`` > 0: Whisper's learned positions (that many rows, added unscaled) instead of sinusoids.
     """
 
     def __init__(
         self, vocab_size: int, d_model: int, heads: int, ffn_dim: int, layers: int, dropout: float, pre_norm: bool,
-        eps: float = 1e-5, tie_output: bool = True,
+        eps: float = 1e-5, tie_output: bool = True, activation: str = "relu", max_len: int = 0,
     ):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, d_model)
         nn.init.normal_(self.embed.weight, std=d_model**-0.5)
-        self.pos = SinusoidalPositions(d_model, dropout)
+        self.pos = (TablePositions(max_len, d_model, True, dropout, "decoder tokens") if max_len
+                    else SinusoidalPositions(d_model, dropout))
         self.layers = nn.ModuleList(
-            DecoderLayer(d_model, heads, ffn_dim, dropout, pre_norm, eps) for _ in range(layers)
+            DecoderLayer(d_model, heads, ffn_dim, dropout, pre_norm, eps, activation=activation) for _ in range(layers)
         )
         self.norm = nn.LayerNorm(d_model, eps=eps) if pre_norm else nn.Identity()
         self.output = None if tie_output else Linear(d_model, vocab_size)

@@ -1,5 +1,7 @@
 """The Transformer's position-wise feed-forward block (reference: Linear, ReLU, Dropout, Linear).
 
+With GELU (Whisper's MLP) it is the reference itself; the paths below are the ReLU block's.
+
 A drop-in for ``nn.Sequential(nn.Linear, nn.ReLU, nn.Dropout, nn.Linear)`` with the same state-dict
 keys (``0.*``, ``3.*``). What it does differently, each equal to the reference:
 
@@ -24,10 +26,11 @@ __all__ = ["FeedForward"]
 
 
 class FeedForward(nn.Sequential):
-    """Position-wise FFN: Linear, ReLU, dropout, Linear, on (..., d_model)."""
+    """Position-wise FFN: Linear, ReLU (or GELU: Whisper's), dropout, Linear, on (..., d_model)."""
 
-    def __init__(self, d_model: int, ffn_dim: int, dropout: float):
-        super().__init__(Linear(d_model, ffn_dim), nn.ReLU(), Dropout(dropout), Linear(ffn_dim, d_model))
+    def __init__(self, d_model: int, ffn_dim: int, dropout: float, activation: str = "relu"):
+        act = nn.GELU() if activation == "gelu" else nn.ReLU()
+        super().__init__(Linear(d_model, ffn_dim), act, Dropout(dropout), Linear(ffn_dim, d_model))
 
     def forward(self, x: torch.Tensor, keep_mask: torch.Tensor | None = None) -> torch.Tensor:
         """``keep_mask``: for x (B, T, D), B*T elements True on real frames (the encoder's attention
@@ -36,7 +39,9 @@ class FeedForward(nn.Sequential):
         return on_real_frames(self._rows, x, real)
 
     def _rows(self, x: torch.Tensor) -> torch.Tensor:
-        w1, _, drop, w2 = self
+        w1, act, drop, w2 = self
+        if isinstance(act, nn.GELU):
+            return w2(drop(act(w1(x))))
         plain = isinstance(w1, nn.Linear)  # not a quantised stand-in (asr.lm.quantize)
         if plain and not torch.is_grad_enabled() and not (self.training and drop.p > 0):  # inference: one step
             return w2(linear_relu(x, w1.weight, w1.bias))
