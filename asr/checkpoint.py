@@ -21,6 +21,7 @@ import torch
 from asr.atomic import atomic_write
 from asr.config import Config, save_config
 from asr.text import TOKENIZER_FILE
+from asr.whisper_text import WHISPER_TOKENIZER_FILE
 
 __all__ = [
     "atomic_save",
@@ -71,11 +72,20 @@ def save_model_dir(
     d = Path(out)
     d.mkdir(parents=True, exist_ok=True)
     save_config(cfg, d / CONFIG_FILE)
-    for src, name in ((tokenizer_model, TOKENIZER_FILE), (cmvn, CMVN_FILE)):
+    tok_name = WHISPER_TOKENIZER_FILE if tokenizer_model and Path(tokenizer_model).suffix == ".json" else TOKENIZER_FILE
+    for src, name in ((tokenizer_model, tok_name), (cmvn, CMVN_FILE)):
         if src is not None and Path(src).resolve() != (d / name).resolve():
             shutil.copyfile(src, d / name)
     atomic_save({k: v.detach().cpu() for k, v in state_dict.items()}, d / MODEL_FILE)
     return d
+
+
+def tokenizer_file(d: str | os.PathLike) -> Path | None:
+    """The tokenizer in directory ``d``: SentencePiece's tokenizer.model, or a Whisper tokenizer.json."""
+    for name in (TOKENIZER_FILE, WHISPER_TOKENIZER_FILE):
+        if (Path(d) / name).is_file():
+            return Path(d) / name
+    return None
 
 
 def check_state_fits(saved: dict[str, torch.Tensor], model: torch.nn.Module, path: str | os.PathLike) -> None:
@@ -110,6 +120,25 @@ def init_files(init: str | os.PathLike) -> tuple[Path, Path | None]:
     else:
         raise FileNotFoundError(f"train.init: {p}: no such model directory or checkpoint")
     return weights, next((c for c in near if c.is_file()), None)
+
+
+def load_init_weights(model: torch.nn.Module, path: str | os.PathLike) -> list[str]:
+    """Fine-tuning's start (``train.init``): every tensor of ``model`` that ``path`` holds is loaded; the
+    ones it lacks (what the new config adds, a CTC head say) keep their fresh values and are returned
+    by name. A tensor of another shape, or one the new model has no place for, is an error naming it."""
+    state = safe_load(path)
+    if "model" in state and isinstance(state["model"], dict):  # a training checkpoint
+        state = state["model"]
+    own = model.state_dict()
+    for name, t in state.items():
+        if name not in own:
+            raise ValueError(f"train.init: {path}: tensor {name!r} has no place in the model the config describes")
+        if tuple(t.shape) != tuple(own[name].shape):
+            raise ValueError(f"train.init: {path}: tensor {name!r} has shape {tuple(t.shape)}, the model the config "
+                             f"describes needs {tuple(own[name].shape)}")
+    fresh = sorted(set(own) - set(state))
+    model.load_state_dict(state, strict=False)
+    return fresh
 
 
 def load_weights(model: torch.nn.Module, path: str | os.PathLike) -> None:

@@ -72,6 +72,9 @@ class ModelConfig:
     ctc_head: bool = True  # false: no CTC head (an imported Whisper model; ctc_weight must be 0)
     sos_id: int = -1  # the decoder's start token; -1: vocab_size - 1 (ours and ESPnet's <sos/eos>)
     eos_id: int = -1  # its end token; -1: vocab_size - 1
+    blank_id: int = 0  # the CTC blank (ours and ESPnet's: 0; a Whisper model's CTC head: <|nospeech|>)
+    prompt: list[int] = field(default_factory=list)  # tokens the decoder reads before a transcript in training
+    # (Whisper's start of transcript, language, task, no-timestamps); empty: sos alone
 
     FRONTENDS = ("linear", "conv2d", "linear_norm", "conv2d6", "conv2d8", "conv1d")
 
@@ -90,6 +93,8 @@ class ModelConfig:
             _check(getattr(self, k) >= 1, prefix, k, "a positive integer", getattr(self, k))
         _check(self.ctc_head or self.ctc_weight == 0, prefix, "ctc_weight", "0 without a CTC head (ctc_head false)",
                self.ctc_weight)
+        _check(0 <= self.blank_id and (self.vocab_size == 0 or self.blank_id < self.vocab_size), prefix, "blank_id",
+               f"an id below vocab_size={self.vocab_size}", self.blank_id)
         for k in ("sos_id", "eos_id"):
             v = getattr(self, k)
             _check(v >= -1 and (self.vocab_size == 0 or v < self.vocab_size), prefix, k,
@@ -244,7 +249,8 @@ class TrainConfig:
     dev_wer: bool = True  # greedy WER on the dev set at each epoch end
     init: str = ""  # start from these weights (a model directory or a checkpoint .pt) instead of random ones:
     # fine-tuning. Only a fresh run reads it (a resumed one continues its own checkpoint); its CMVN comes too
-    # unless data.cmvn says otherwise
+    # unless data.cmvn says otherwise. Tensors the config adds (a CTC head) start fresh and are named in the log
+    freeze: list[str] = field(default_factory=list)  # parameter name prefixes kept fixed ("encoder.", "frontend.")
 
     def validate(self, prefix: str = "train") -> None:
         _check(self.optimizer in ("adam", "adamw"), prefix, "optimizer", "'adam' or 'adamw'", self.optimizer)

@@ -82,11 +82,25 @@ def normalize_whisper(text: str) -> str:
 
 
 _whisper_english = None
+_DIGIT_WORDS = dict(zip("0123456789", "ZERO ONE TWO THREE FOUR FIVE SIX SEVEN EIGHT NINE".split(), strict=True))
+
+
+def normalize_digits(text: str) -> str:
+    """Spoken digits: each digit character read as its word ("79" and "7, 9." both "SEVEN NINE"), then
+    LibriSpeech style. For digit strings (FSDD), where a written-form recogniser (Whisper) writes numbers."""
+    return normalize_librispeech("".join(f" {_DIGIT_WORDS[c]} " if c in _DIGIT_WORDS else c for c in text))
+
+
+def normalize_lower(text: str) -> str:
+    """Lower case, single spaces: a spoken-form transcript as a Whisper model is fine-tuned to write it."""
+    return normalize_none(text).lower()
 
 NORMALIZERS: dict[str, Callable[[str], str]] = {
     "librispeech": normalize_librispeech,
     "none": normalize_none,
     "whisper": normalize_whisper,
+    "digits": normalize_digits,
+    "lower": normalize_lower,
 }
 
 

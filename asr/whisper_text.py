@@ -52,7 +52,7 @@ class WhisperTokenizer:
             self.bpe = HFTokenizer.from_file(str(p))
         except Exception as e:  # tokenizers raises its own Exception types
             raise ValueError(f"{p}: not a tokenizers JSON file ({e})") from None
-        self.path = p
+        self.path = self.model_path = p
         self.multilingual = multilingual
         vocab = self.bpe.get_vocab(with_added_tokens=True)
 
@@ -125,8 +125,8 @@ class WhisperTokenizer:
         return self.bpe.encode(text, add_special_tokens=False).ids
 
     def encode(self, text: str) -> list[int]:
-        """Text tokens of ``text`` (no special tokens; Whisper's texts start with a space)."""
-        return self._encode(text)
+        """Text tokens of a transcript (no special tokens), with the leading space Whisper's texts have."""
+        return self._encode(text if text.startswith(" ") else " " + text)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids`` as openai-whisper's ``decode`` gives it: timestamps and end of text dropped,

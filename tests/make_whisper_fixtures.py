@@ -446,6 +446,90 @@ def check_hf_model(hf_dir: Path, model, mel, tokens, ref_logits) -> float:
     return diff
 
 
+# Parameters of the Hugging Face model whose gradients loss.pt stores (besides the token embedding's rows)
+LOSS_GRADS = (
+    "model.encoder.conv1.weight",
+    "model.encoder.conv2.bias",
+    "model.encoder.layers.0.self_attn.q_proj.weight",
+    "model.encoder.layers.1.self_attn.k_proj.weight",
+    "model.encoder.layers.1.fc1.weight",
+    "model.encoder.layer_norm.weight",
+    "model.decoder.layers.0.self_attn.v_proj.weight",
+    "model.decoder.layers.1.encoder_attn.q_proj.weight",
+    "model.decoder.layers.1.encoder_attn.k_proj.weight",
+    "model.decoder.layers.1.fc2.weight",
+    "model.decoder.layer_norm.bias",
+    "model.decoder.embed_positions.weight",  # only the first L rows are stored
+)
+N_LOSS = 2  # utterances in the fine-tuning batch of loss.pt
+
+
+def loss_reference(hf_dir: Path, wtok, mels: torch.Tensor, ids: list[str], texts: list[str]) -> dict:
+    """transformers' training loss and gradients of the Hugging Face model in hf_dir on one batch (loss.pt).
+
+    The batch is the first N_LOSS utterances: input_features their log-mels (`mels`, as for decoding);
+    decoder_input_ids the prompt (sot sequence with <|notimestamps|>) + the transcript's tokens, right-padded
+    with eot; labels -100 under the prompt but its last token, then the transcript's tokens and eot (label i is
+    the token after input i), -100 under the padding. The model is in training mode with every dropout 0, so
+    the loss and gradients are those of fine-tuning, deterministic."""
+    from transformers import WhisperForConditionalGeneration
+
+    model = WhisperForConditionalGeneration.from_pretrained(hf_dir, dtype=torch.float32)
+    cfg = model.config
+    zero = dict(dropout=cfg.dropout, attention_dropout=cfg.attention_dropout,
+                activation_dropout=cfg.activation_dropout, encoder_layerdrop=cfg.encoder_layerdrop,
+                decoder_layerdrop=cfg.decoder_layerdrop)
+    assert all(v == 0 for v in zero.values()), zero
+    assert not cfg.apply_spec_augment  # else training mode masks the features at random
+    assert model.proj_out.weight is model.model.decoder.embed_tokens.weight
+    model.train()
+    model.zero_grad(set_to_none=True)
+
+    prompt = list(wtok.sot_sequence_including_notimestamps)
+    text_tokens = [wtok.encode(t) for t in texts[:N_LOSS]]
+    length = len(prompt) + max(len(t) for t in text_tokens)
+    inputs, labels, mask = [], [], []
+    for t in text_tokens:
+        pad = length - len(prompt) - len(t)
+        inputs.append(prompt + t + [wtok.eot] * pad)
+        labels.append([-100] * (len(prompt) - 1) + t + [wtok.eot] + [-100] * pad)
+        mask.append([1] * (len(prompt) + len(t)) + [0] * pad)
+    decoder_input_ids = torch.tensor(inputs, dtype=torch.int64)
+    labels_t = torch.tensor(labels, dtype=torch.int64)
+    out = model(input_features=mels[:N_LOSS].float(), decoder_input_ids=decoder_input_ids,
+                decoder_attention_mask=torch.tensor(mask, dtype=torch.int64), labels=labels_t)
+    out.loss.backward()
+
+    params = dict(model.named_parameters())  # the tied proj_out.weight appears once, as embed_tokens
+    no_grad = sorted(n for n, q in params.items() if q.grad is None)
+    assert no_grad == ["model.encoder.embed_positions.weight"], no_grad  # frozen sinusoids
+    total = sum(q.grad.double().pow(2).sum() for q in params.values() if q.grad is not None).sqrt()
+    grads = {n: params[n].grad.detach().clone() for n in LOSS_GRADS}
+    positions = grads["model.decoder.embed_positions.weight"]
+    assert not positions[length:].any()
+    grads["model.decoder.embed_positions.weight"] = positions[:length].contiguous()
+    embed = params["model.decoder.embed_tokens.weight"].grad.detach()
+    rows = sorted(set(decoder_input_ids.flatten().tolist()) | set(labels_t[labels_t != -100].tolist()))
+    return dict(
+        utterances=ids[:N_LOSS],
+        texts=texts[:N_LOSS],
+        prompt=prompt,
+        text_tokens=text_tokens,
+        decoder_input_ids=decoder_input_ids,
+        labels=labels_t,
+        loss=float(out.loss.item()),
+        loss_tensor=out.loss.detach().double(),
+        num_label_tokens=int((labels_t != -100).sum().item()),
+        grads=grads,
+        embed_rows=torch.tensor(rows, dtype=torch.int64),
+        embed_grad=embed[rows].clone(),
+        embed_grad_norm=float(embed.double().norm().item()),  # all rows: the output layer's gradient too
+        grad_norm_total=float(total.item()),
+        no_grad_params=no_grad,
+        attn_implementation=str(cfg._attn_implementation),
+    )
+
+
 # -------------------------------------------------------------------------------------------------
 # CTranslate2
 
@@ -673,6 +757,10 @@ def main() -> None:
         OUT / "en" / "ct2", mels[80], fwd["audio_features"][0], get_tokenizer(en_model),
         decode_json["models"]["en"]["greedy"]["alone"],
     )
+    loss = loss_reference(en_hf, get_tokenizer(en_model), mels[80], ids, texts)
+    torch.save(loss, OUT / "en" / "loss.pt")
+    print(f"en: loss.pt: loss {loss['loss']:.6f} over {loss['num_label_tokens']} labels, "
+          f"gradient norm {loss['grad_norm_total']:.6f}", flush=True)
     print(f"en: HF and CTranslate2 forms ({time.time() - t0:.1f}s): {report['en']}", flush=True)
 
     # dtypes: float32 weights (not float16-rounded), HF then CTranslate2 in three weight types
@@ -777,6 +865,16 @@ n_vocab 51864), `v3` multilingual like large-v3 (2 + 2 layers, 128 mels, n_vocab
 - `en/forward.pt`, `v3/forward.pt`: first utterance: `audio_features` = encoder(mel) (1, 1500, 8);
   teacher forcing on `tokens` = sot sequence with <|notimestamps|> (v3: en, transcribe) + transcript
   (lower case, leading space) + eot: `logits_sub` = logits[:, ::7], `logsumexp`, `logits_argmax`.
+- `en/loss.pt`: transformers' fine-tuning loss and gradients of `en/hf/` (float32, `train()`, every dropout
+  0) on the first 2 utterances (`utterances`, `texts`): `input_features` their 80-mel log-mels as above (not
+  stored), `decoder_input_ids` = `prompt` (sot, notimestamps) + `text_tokens`, right-padded with eot,
+  `decoder_attention_mask` 0 on the padding, `labels` = -100 under the prompt but its last token, the text
+  tokens, eot, -100 under the padding; `loss` (float; `loss_tensor` float64) = the mean cross-entropy over
+  the `num_label_tokens` labels; after `loss.backward()`: `grads` by HF parameter name (of
+  `model.decoder.embed_positions.weight` the first L rows only), the token embedding's gradient (tied with
+  proj_out, so the output layer's included) at the rows `embed_rows` (the ids in the inputs or labels) as
+  `embed_grad`, `embed_grad_norm` (all its rows), `grad_norm_total` (2-norm over every parameter's
+  gradient; `no_grad_params`: the frozen encoder positions), `attn_implementation` (the one transformers chose).
 - `en/hf/`: the Hugging Face form of `en/openai.pt` (transformers' WhisperForConditionalGeneration,
   float32 safetensors, config, generation config built from openai-whisper's values) with its fast
   tokenizer (transformers' tiktoken converter of openai-whisper's encoding, with the 50,000 merges a BPE

@@ -87,7 +87,8 @@ class _Beams:
             self.lm_cache = self.lm_cache.index_select(state_parent)
 
 
-def _joint_scores(att, scorer, state, ctc_weight: float, k_pre: int, eos: int, lm=None, lm_weight: float = 0.0):
+def _joint_scores(att, scorer, state, ctc_weight: float, k_pre: int, eos: int, lm=None, lm_weight: float = 0.0,
+                  blank: int = BLANK_ID):
     """Step scores of the candidates of each row: (scores (N, K), ids (N, K) or None for the whole
     vocabulary, CTC log psi (N, K) or None). With CTC the candidates are the ``k_pre`` best tokens
     of the decoder (with an LM: of the fused decoder + LM score), blank and eos among those ranked
@@ -107,7 +108,7 @@ def _joint_scores(att, scorer, state, ctc_weight: float, k_pre: int, eos: int, l
     ctc = (psi - state.psi.unsqueeze(1)).float().nan_to_num(nan=-math.inf)
     joint = (1 - ctc_weight) * att.gather(1, ids) + ctc_weight * ctc
     dup = (ids == eos) & (torch.arange(ids.shape[1], device=ids.device) < ids.shape[1] - 1)
-    joint = joint.masked_fill((ids == BLANK_ID) | dup, -math.inf)
+    joint = joint.masked_fill((ids == blank) | dup, -math.inf)
     return (joint, ids, psi) if lm is None else (joint + lm_weight * lm.gather(1, ids), ids, psi)
 
 
@@ -209,7 +210,7 @@ def beam_search(
     scorer = k_pre = None
     if ctc_weight > 0:
         lp = model.ctc_log_probs(memory) if ctc_log_probs is None else ctc_log_probs
-        scorer = CTCPrefixScorer(lp[utts], mem_lens[utts], blank=BLANK_ID, eos=eos)
+        scorer = CTCPrefixScorer(lp[utts], mem_lens[utts], blank=model.blank_id, eos=eos)
         k_pre = v if pre_beam == 0 else pre_beam or max(1, int(1.5 * w))  # ESPnet's pre_beam_size (>= V: all)
     scores = torch.full((b, w), -math.inf, device=dev)  # one live hypothesis per utterance at the start
     scores[:, 0] = 0.0
@@ -224,7 +225,7 @@ def beam_search(
     if prompt is not None:  # the prompt's tokens before the last enter the cache; the last is the first input
         prompt = prompt.select(utts)
         for t in range(prompt.tokens.shape[1] - 1):
-            _, cache = decoder.step(prompt.tokens[:, t], cache)
+            _, cache = decoder.step(prompt.tokens[:, t], cache, logits=False)
         first = prompt.tokens[:, -1]
     beams = _Beams(
         utts=utts,
@@ -247,13 +248,14 @@ def beam_search(
             logits = filter_logits(logits, beams.seqs if fan == 1 else None, step, prompt)
         att = torch.log_softmax(logits.float(), dim=-1)
         if scorer is None and not r.decoder_may_emit_blank:
-            att[:, BLANK_ID] = -math.inf  # blank is never a decoder target (with CTC it has no prefix score)
+            att[:, model.blank_id] = -math.inf  # blank is never a decoder target (with CTC it has no prefix score)
         if step < min_len and r.min_len_suppresses_eos:
             att[:, eos] = -math.inf
         lm_lp = None
         if lm is not None:
             lm_lp, beams.lm_cache = lm.step(beams.tokens, beams.lm_cache)  # (B*W, V) log p_lm
-        cand, cand_ids, psi = _joint_scores(att, scorer, beams.ctc, ctc_weight, k_pre, eos, lm_lp, lm_weight)
+        cand, cand_ids, psi = _joint_scores(att, scorer, beams.ctc, ctc_weight, k_pre, eos, lm_lp, lm_weight,
+                                            model.blank_id)
         if fan > 1:  # each row's scores for the W rows it stands for: (B*W, K)
             cand, cand_ids, psi = (None if t is None else t.repeat_interleave(fan, 0) for t in (cand, cand_ids, psi))
         cand = cand + length_bonus

@@ -68,7 +68,7 @@ def _add(table: dict[tuple[int, ...], list[float]], prefix: tuple[int, ...], pb:
 
 
 def _prefix_beam_one(lp: torch.Tensor, beam: int, plm: _PrefixLM | None = None, lm_weight: float = 0.0,
-                     ) -> list[Hypothesis]:  # fmt: skip
+                     blank: int = BLANK_ID) -> list[Hypothesis]:  # fmt: skip
     """One utterance, log-probs (T, V): prefixes with (log p ending in blank, ending in non-blank)."""
     hyps: dict[tuple[int, ...], tuple[float, float]] = {(): (0.0, NEG_INF)}
     top_lp, top_ids = lp.topk(min(beam, lp.shape[1]), dim=-1)  # prune each frame to its `beam` best tokens
@@ -84,7 +84,7 @@ def _prefix_beam_one(lp: torch.Tensor, beam: int, plm: _PrefixLM | None = None, 
             last = prefix[-1] if prefix else None
             both = _logadd(pb, pnb)
             for p, s in zip(frame_lp, frame_ids, strict=True):
-                if s == BLANK_ID:
+                if s == blank:
                     _add(nxt, prefix, both + p, NEG_INF)
                     continue
                 if plm is not None:
@@ -106,13 +106,13 @@ def _prefix_beam_one(lp: torch.Tensor, beam: int, plm: _PrefixLM | None = None, 
 
 @torch.inference_mode()
 def ctc_prefix_beam_search(log_probs: torch.Tensor, lens: torch.Tensor, beam_size: int = 10, lm=None,
-                           lm_weight: float = 0.0) -> list[list[Hypothesis]]:  # fmt: skip
+                           lm_weight: float = 0.0, blank: int = BLANK_ID) -> list[list[Hypothesis]]:  # fmt: skip
     """CTC prefix beam search over log-probs (B, T, V); the n-best of each utterance, best first,
     scored by log P_ctc(prefix) (all its alignments summed), plus ``lm_weight * log p_lm(prefix, eos)``
     with an LM (``lm_weight=0``: the LM is not run)."""
     lp = log_probs.float().cpu()
     use_lm = lm is not None and lm_weight != 0
-    return [_prefix_beam_one(lp[i, : int(n)], beam_size, _PrefixLM(lm) if use_lm else None, lm_weight)
+    return [_prefix_beam_one(lp[i, : int(n)], beam_size, _PrefixLM(lm) if use_lm else None, lm_weight, blank)
             for i, n in enumerate(lens.tolist())]  # fmt: skip
 
 

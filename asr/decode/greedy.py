@@ -53,12 +53,16 @@ def greedy_search(
     if active.numel() == 0:
         return results
     cache = decoder.init_cache(memory[active], mem_lens[active])
-    tokens = torch.full((active.numel(),), model.sos_id, dtype=torch.long, device=memory.device)  # (N,)
+    prompt = getattr(model, "prompt", None) or [model.sos_id]  # a fine-tuned Whisper's start-of-transcript sequence
+    for t in prompt[:-1]:
+        _, cache = decoder.step(torch.full((active.numel(),), t, dtype=torch.long, device=memory.device), cache,
+                                logits=False)
+    tokens = torch.full((active.numel(),), prompt[-1], dtype=torch.long, device=memory.device)  # (N,)
     limits = limits[active]
     step = 0
     while active.numel() > 0:
         logits, cache = decoder.step(tokens, cache)  # (N, V)
-        logits[:, BLANK_ID] = -math.inf  # blank is never a decoder target
+        logits[:, model.blank_id] = -math.inf  # blank is never a decoder target
         if step < min_len:
             logits[:, model.eos_id] = -math.inf
         tokens = logits.argmax(-1)  # (N,)
@@ -76,12 +80,12 @@ def greedy_search(
     return results
 
 
-def ctc_greedy_search(log_probs: torch.Tensor, lens: torch.Tensor) -> list[list[int]]:
+def ctc_greedy_search(log_probs: torch.Tensor, lens: torch.Tensor, blank: int = BLANK_ID) -> list[list[int]]:
     """Best path of CTC log-probs (B, T, V): argmax per frame, merge repeats, drop blanks."""
     best = log_probs.argmax(-1)  # (B, T)
     t = best.shape[1]
     keep = torch.arange(t, device=best.device) < lens.unsqueeze(1)  # (B, T)
     changed = torch.ones_like(keep)
     changed[:, 1:] = best[:, 1:] != best[:, :-1]
-    keep &= changed & (best != BLANK_ID)
+    keep &= changed & (best != blank)
     return [row[k].tolist() for row, k in zip(best, keep, strict=True)]

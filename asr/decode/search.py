@@ -43,8 +43,10 @@ def _recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeC
         if not hasattr(tokenizer, "timestamp_begin"):
             raise ValueError("decode.rules=whisper needs the model's Whisper tokenizer (its tokenizer.json)")
         prompt = WhisperPrompt.build(model, memory, mem_lens, tokenizer, cfg.language, cfg.task, cfg.timestamps)
-        nbest = beam_search(model, memory, mem_lens, beam_size=cfg.beam_size, max_len=model.cfg.max_target_len // 2,
-                            rules="whisper", prompt=prompt, patience=cfg.patience)
+        w = cfg.ctc_weight if model.ctc is not None else 0.0  # a fine-tuned Whisper with a CTC head: joint search
+        nbest = beam_search(model, memory, mem_lens, beam_size=cfg.beam_size, ctc_weight=w,
+                            max_len=model.cfg.max_target_len // 2, rules="whisper", prompt=prompt,
+                            patience=cfg.patience, lm=lm, lm_weight=cfg.lm_weight)
         return [h[0] for h in nbest]
     if cfg.mode == "attention":
         nbest = beam_search(
@@ -63,13 +65,13 @@ def _recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeC
         return [h[0] for h in nbest]
     lp = model.ctc_log_probs(memory)  # (B, S, V)
     if cfg.mode == "ctc_greedy":
-        ids = ctc_greedy_search(lp, mem_lens)
+        ids = ctc_greedy_search(lp, mem_lens, model.blank_id)
         keep = torch.arange(lp.shape[1], device=dev) < mem_lens.unsqueeze(1)
         path = (lp.max(-1).values * keep).sum(1)  # log-prob of the best path, (B,)
         return [Hypothesis(t, float(s)) for t, s in zip(ids, path.tolist(), strict=True)]
     if cfg.mode == "ctc_beam":
-        return [h[0] for h in ctc_prefix_beam_search(lp, mem_lens, cfg.beam_size, lm, cfg.lm_weight)]
-    nbest = ctc_prefix_beam_search(lp, mem_lens, cfg.beam_size)
+        return [h[0] for h in ctc_prefix_beam_search(lp, mem_lens, cfg.beam_size, lm, cfg.lm_weight, model.blank_id)]
+    nbest = ctc_prefix_beam_search(lp, mem_lens, cfg.beam_size, blank=model.blank_id)
     if cfg.mode == "rescore":
         return attention_rescoring(model, memory, mem_lens, nbest, cfg.ctc_weight, cfg.length_bonus, lm, cfg.lm_weight)
     raise ValueError(f"decode.mode: expected 'attention', 'ctc_greedy', 'ctc_beam' or 'rescore', got {cfg.mode!r}")

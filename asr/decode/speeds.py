@@ -28,7 +28,6 @@ from asr.decode.ctc_beam import attention_log_probs, ctc_prefix_beam_search, lm_
 from asr.decode.greedy import ctc_greedy_search
 from asr.decode.search import check_mode
 from asr.hardware import autocast, resolve_precision
-from asr.model.asr_model import BLANK_ID
 
 __all__ = ["recognize_views"]
 
@@ -83,9 +82,10 @@ def _nbest(model, memory, mem_lens, lp, cfg: DecodeConfig, lm) -> list[list[Hypo
                            max_len_ratio=cfg.max_len_ratio, nbest=cfg.beam_size, lm=lm,
                            lm_weight=cfg.lm_weight, rules=cfg.rules)  # fmt: skip
     if cfg.mode == "ctc_greedy":
-        return [[Hypothesis(t, 0.0)] for t in ctc_greedy_search(lp, mem_lens)]
+        return [[Hypothesis(t, 0.0)] for t in ctc_greedy_search(lp, mem_lens, model.blank_id)]
     fuse = cfg.mode == "ctc_beam"  # rescore: the LM scores the pooled n-best, not the prefix search
-    return ctc_prefix_beam_search(lp, mem_lens, cfg.beam_size, lm if fuse else None, cfg.lm_weight if fuse else 0.0)
+    return ctc_prefix_beam_search(lp, mem_lens, cfg.beam_size, lm if fuse else None, cfg.lm_weight if fuse else 0.0,
+                                  model.blank_id)
 
 
 def _scores(model, memory, mem_lens, lp, owner: list[int], seqs: list[list[int]], cfg: DecodeConfig) -> torch.Tensor:
@@ -93,7 +93,7 @@ def _scores(model, memory, mem_lens, lp, owner: list[int], seqs: list[list[int]]
     dev = lp.device
     tokens, token_lens = pad_tokens(seqs, dev)
     idx = torch.tensor(owner, dtype=torch.long, device=dev)
-    ctc = -F.ctc_loss(lp[idx].transpose(0, 1), tokens, mem_lens[idx], token_lens, blank=BLANK_ID,
+    ctc = -F.ctc_loss(lp[idx].transpose(0, 1), tokens, mem_lens[idx], token_lens, blank=model.blank_id,
                       reduction="none", zero_infinity=False)  # fmt: skip  (-inf: more tokens than frames allow)
     if cfg.mode in ("ctc_greedy", "ctc_beam"):
         return ctc

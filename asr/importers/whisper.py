@@ -285,11 +285,22 @@ def whisper_config(dims: dict[str, int], tokenizer: WhisperTokenizer, ffn_dim: i
         norm="pre", vocab_size=dims["n_vocab"], ctc_weight=0.0, ctc_head=False, label_smoothing=0.0,
         decoder_heads=dims["n_text_head"], activation="gelu", positions="whisper", max_source_len=dims["n_audio_ctx"],
         max_target_len=dims["n_text_ctx"], sos_id=tokenizer.sot, eos_id=tokenizer.eot,
+        blank_id=tokenizer.no_speech, prompt=tokenizer.prompt("en"),
     )
     data = DataConfig(features="whisper", num_mel_bins=dims["n_mels"], pad_to=30.0, normalizer="none",
                       specaugment=None)
     decode = DecodeConfig(mode="attention", beam_size=5, ctc_weight=0.0, rules="whisper", max_len_ratio=1.0)
     return Config(model=model, data=data, train=TrainConfig(), decode=decode).validate()
+
+
+def identity_cmvn(dim: int):
+    """CMVN statistics of mean 0 and variance 1: what a fine-tuning run (``train.init``) keeps, so that
+    the model reads Whisper's log-mel as Whisper does."""
+    from asr.data.cmvn import CMVNStats
+
+    stats = CMVNStats(dim)
+    stats.count, stats.sum_sq = 1, torch.ones(dim, dtype=torch.float64)
+    return stats
 
 
 def _pairs(dims: dict[str, int]) -> list[tuple[str, list[str]]]:
@@ -412,6 +423,7 @@ def import_whisper(src: str | os.PathLike, out: str | os.PathLike, tokenizer: st
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         shutil.copyfile(tok_file, tmp / WHISPER_TOKENIZER_FILE)
+        identity_cmvn(dims["n_mels"]).save(tmp / "cmvn.json")  # Whisper's features go in as they are
         save_model_dir(tmp, cfg, model.state_dict())
         if dest.exists():
             dest.rmdir()

@@ -60,6 +60,8 @@ class ASRModel(nn.Module):
         self.vocab_size = cfg.vocab_size
         self.sos_id = cfg.vocab_size - 1 if cfg.sos_id < 0 else cfg.sos_id
         self.eos_id = cfg.vocab_size - 1 if cfg.eos_id < 0 else cfg.eos_id
+        self.blank_id = cfg.blank_id
+        self.prompt = list(cfg.prompt)
         pre = cfg.norm == "pre"
         whisper = cfg.positions == "whisper"
         self.cmvn = GlobalCMVN(cfg.input_dim)
@@ -121,14 +123,20 @@ class ASRModel(nn.Module):
         return F.log_softmax(_at_least_fp32(self.ctc(memory)), dim=-1)  # (B, T', V)
 
     def decoder_io(self, tokens: torch.Tensor, token_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Decoder input [sos, y...] and target [y..., eos] (IGNORE_ID after eos), each (B, U + 1)."""
+        """Decoder input [sos, y...] and target [y..., eos] (IGNORE_ID after eos), each (B, U + 1).
+
+        With a prompt (``model.prompt``, Whisper's start-of-transcript sequence) the input is
+        [prompt, y...] and the target [IGNORE_ID x (P - 1), y..., eos], each (B, P + U): the prompt
+        is given, never predicted, so only the transcript and its end are learnt."""
         b = tokens.shape[0]
-        sos = tokens.new_full((b, 1), self.sos_id)
-        ys_in = torch.cat([sos, tokens], dim=1)
-        pos = torch.arange(ys_in.shape[1], device=tokens.device).unsqueeze(0)  # (1, U + 1)
+        prompt = self.prompt or [self.sos_id]
+        ys_in = torch.cat([tokens.new_tensor(prompt).expand(b, -1), tokens], dim=1)
+        pos = torch.arange(tokens.shape[1] + 1, device=tokens.device).unsqueeze(0)  # (1, U + 1)
         ys_out = torch.cat([tokens, tokens.new_zeros(b, 1)], dim=1)
         ys_out = torch.where(pos == token_lens.unsqueeze(1), self.eos_id, ys_out)
         ys_out = torch.where(pos > token_lens.unsqueeze(1), IGNORE_ID, ys_out)
+        if len(prompt) > 1:
+            ys_out = torch.cat([ys_out.new_full((b, len(prompt) - 1), IGNORE_ID), ys_out], dim=1)
         return ys_in, ys_out
 
     def forward(
@@ -147,7 +155,7 @@ class ASRModel(nn.Module):
             lp = self.ctc_log_probs(memory).transpose(0, 1)  # (T', B, V)
             target_keep = lengths_to_keep_mask(token_lens, tokens.shape[1])
             loss_ctc = F.ctc_loss(
-                lp, tokens[target_keep], mem_lens, token_lens, blank=BLANK_ID, reduction="sum", zero_infinity=True
+                lp, tokens[target_keep], mem_lens, token_lens, blank=self.blank_id, reduction="sum", zero_infinity=True
             ) / b
         if w < 1 and self.decoder is not None:
             ys_in, ys_out = self.decoder_io(tokens, token_lens)

@@ -193,13 +193,16 @@ class Decoder(nn.Module):
             x = layer(x, self_keep, layer.cross_attn.project_kv(memory), keep)
         return self.logits(x)
 
-    def step(self, tokens: torch.Tensor, cache: DecoderCache) -> tuple[torch.Tensor, DecoderCache]:
+    def step(
+        self, tokens: torch.Tensor, cache: DecoderCache, logits: bool = True
+    ) -> tuple[torch.Tensor | None, DecoderCache]:
         """Logits (N, V) for the next token after ``tokens`` (N,), the newest token of each hypothesis.
 
         Returns the cache with this token's self-attention keys/values appended (in place).
+        ``logits=False`` only feeds the token (a prompt's): no output layer, None for the logits.
         """
         x = self.pos(self.embed(tokens.unsqueeze(1)), cache.length)  # (N, 1, D)
         for layer, past, ckv in zip(self.layers, cache.self_kv.slots(), cache.cross_kv, strict=True):
             x = layer(x, None, ckv, cache.memory_keep, past=past)
         cache.self_kv.advance()
-        return self.logits(x[:, 0]), cache
+        return (self.logits(x[:, 0]) if logits else None), cache

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from asr.checkpoint import CMVN_FILE, CONFIG_FILE, MODEL_FILE, safe_load, save_model_dir
+from asr.checkpoint import CMVN_FILE, CONFIG_FILE, MODEL_FILE, safe_load, save_model_dir, tokenizer_file
 from asr.config import Config, ConfigError, TrainConfig, load_config
 from asr.text import TOKENIZER_FILE
 
@@ -167,7 +167,7 @@ def average_checkpoints(
         ck = safe_load(p)
         states.append(ck["model"])
         log.info("averaging %s (epoch %s, step %s)", p.name, ck["epoch"], ck["step"])
-    tok = exp / TOKENIZER_FILE
+    tok = tokenizer_file(exp) or exp / TOKENIZER_FILE
     from asr.lm.directory import is_lm_dir
 
     if is_lm_dir(exp):  # an `asr lm train` run: an LM directory (its weights without the loss wrapper's prefix)
@@ -203,7 +203,7 @@ def average_model_dirs(model_dirs: list[str | os.PathLike], out: str | os.PathLi
         state = safe_load(d / MODEL_FILE)
         states.append(state["model"] if isinstance(state.get("model"), dict) else state)
         log.info("averaging %s", d)
-    tok, cmvn = first / TOKENIZER_FILE, first / CMVN_FILE
+    tok, cmvn = tokenizer_file(first) or first / TOKENIZER_FILE, first / CMVN_FILE
     return save_model_dir(
         out, cfg, average_state_dicts(states), tok if tok.is_file() else None, cmvn if cmvn.is_file() else None
     )

@@ -14,15 +14,32 @@ import torch
 
 from asr.config import TrainConfig
 
-__all__ = ["build_optimizer", "lr_factor"]
+__all__ = ["build_optimizer", "lr_factor", "freeze"]
+
+
+def freeze(model: torch.nn.Module, prefixes: list[str]) -> list[str]:
+    """Keep fixed every parameter whose name starts with one of ``prefixes`` (``train.freeze``, e.g.
+    ``encoder.`` or ``frontend.``); returns their names. A prefix that names nothing is an error."""
+    names = []
+    for prefix in prefixes:
+        hit = [n for n, p in model.named_parameters() if n.startswith(prefix)]
+        if not hit:
+            raise ValueError(f"train.freeze: {prefix!r} names no parameter of the model (they start with "
+                             f"{', '.join(sorted({n.split('.')[0] + '.' for n, _ in model.named_parameters()}))})")
+        names += hit
+    for n, p in model.named_parameters():
+        if n in names:
+            p.requires_grad_(False)
+    return names
 
 
 def build_optimizer(
     model: torch.nn.Module, tcfg: TrainConfig, total_steps: int
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """The optimiser over ``model``'s parameters and its schedule over ``total_steps`` updates."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    trained = [p for p in model.parameters() if p.requires_grad]  # train.freeze keeps the others fixed
+    decay = [p for p in trained if p.dim() >= 2]
+    no_decay = [p for p in trained if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": tcfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     opt_cls = torch.optim.AdamW if tcfg.optimizer == "adamw" else torch.optim.Adam
     optimizer = opt_cls(groups, lr=tcfg.lr, betas=tuple(tcfg.betas), eps=tcfg.eps)

@@ -37,6 +37,7 @@ from asr.data.pipeline import build_data, compute_cmvn, dummy_batch, make_loader
 from asr.text import TOKENIZER_FILE
 from asr.training.checkpoints import check_same_model
 from asr.training.runtime import DistEnv
+from asr.whisper_text import WHISPER_TOKENIZER_FILE
 
 __all__ = ["ASRTask"]
 
@@ -59,7 +60,15 @@ class ASRTask:
         from asr.text import Tokenizer
 
         cfg = self.cfg
-        self.tokenizer = tokenizer = Tokenizer.load(cfg.data.tokenizer or exp)
+        if cfg.data.features == "whisper":  # a Whisper model's byte-level BPE (tokenizer.json)
+            from asr.whisper_text import WhisperTokenizer
+
+            if not cfg.model.vocab_size:
+                raise ConfigError("model.vocab_size: a Whisper model's (51864 English-only, 51865 or 51866)")
+            tokenizer = WhisperTokenizer(cfg.data.tokenizer or exp, multilingual=cfg.model.vocab_size >= 51865)
+        else:
+            tokenizer = Tokenizer.load(cfg.data.tokenizer or exp)
+        self.tokenizer = tokenizer
         if cfg.model.vocab_size not in (0, tokenizer.vocab_size):
             raise ConfigError(
                 f"model.vocab_size: {cfg.model.vocab_size}, but the tokenizer {tokenizer.model_path} has "
@@ -87,8 +96,9 @@ class ASRTask:
 
         save_config(self.cfg, exp / CONFIG_FILE)
         tok = self.tokenizer.model_path
-        if Path(tok).resolve() != (exp / TOKENIZER_FILE).resolve():
-            shutil.copyfile(tok, exp / TOKENIZER_FILE)
+        dest = exp / (WHISPER_TOKENIZER_FILE if Path(tok).suffix == ".json" else TOKENIZER_FILE)
+        if Path(tok).resolve() != dest.resolve():
+            shutil.copyfile(tok, dest)
         if not (exp / CMVN_FILE).is_file():
             cfg = self.cfg
             init_cmvn = init_files(cfg.train.init)[1] if cfg.train.init else None  # fine-tuning keeps its CMVN

@@ -41,11 +41,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from asr import speed
 from asr.atomic import atomic_write_text, remove_stale_temporaries
-from asr.checkpoint import atomic_save, check_state_fits, init_files, load_weights
+from asr.checkpoint import atomic_save, check_state_fits, init_files, load_init_weights
 from asr.config import Config
 from asr.hardware import autocast, cpu_info, resolve_precision
 from asr.training.checkpoints import checkpoint_path, load_latest_checkpoint, prune_checkpoints, update_best
-from asr.training.optim import build_optimizer
+from asr.training.optim import build_optimizer, freeze
 from asr.training.runtime import (
     LOG_FILE,
     DistEnv,
@@ -128,9 +128,13 @@ class Trainer:
         self.raw_model = model = task.build_model(exp, env.device)
         if ck is None and tcfg.init:
             path = init_files(tcfg.init)[0]
-            load_weights(model, path)
+            fresh = load_init_weights(model, path)
             if env.is_main:
-                log.info("initialised from %s (train.init)", path)
+                log.info("initialised from %s (train.init)%s", path,
+                         f"; new, from scratch: {', '.join(fresh)}" if fresh else "")
+        frozen = freeze(model, tcfg.freeze)
+        if frozen and env.is_main:
+            log.info("train.freeze: %d tensors kept fixed (%s)", len(frozen), ", ".join(tcfg.freeze))
         rank_seed = tcfg.seed * 1_000_003 + 1 + env.rank  # then a stream per rank (dropout differs across ranks)
         torch.manual_seed(rank_seed)
         random.seed(rank_seed)

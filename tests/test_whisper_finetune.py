@@ -1,0 +1,136 @@
+"""Fine-tuning an imported Whisper with asr's own loop: its loss and gradients equal transformers', a CTC
+head added by train.init starts fresh, train.freeze keeps tensors fixed, and training lowers the loss.
+
+The reference (tests/fixtures/whisper/en/loss.pt) is transformers' WhisperForConditionalGeneration on the
+random English-only fixture model: one batch of two LibriSpeech utterances (30-second windows), decoder
+input = Whisper's prompt (start of transcript, no-timestamps) + the text tokens, labels = the text tokens
+and end of text (the prompt's positions are not counted), dropout off. transformers averages the loss
+over the label tokens; asr sums it per utterance and averages over the batch, so asr's loss times
+B / tokens is transformers' (and so are the gradients).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("tokenizers", reason="the 'whisper' extra: pip install 'asr[whisper]'")
+
+from asr.checkpoint import load_init_weights  # noqa: E402
+from asr.config import load_config  # noqa: E402
+from asr.features import compute_features  # noqa: E402
+from asr.importers.whisper import import_whisper  # noqa: E402
+from asr.model import ASRModel  # noqa: E402
+from asr.training.optim import freeze  # noqa: E402
+
+FIX = Path(__file__).parent / "fixtures" / "whisper"
+REF = torch.load(FIX / "en" / "loss.pt", weights_only=True)
+
+
+@pytest.fixture(scope="module")
+def en_dir(tmp_path_factory) -> Path:
+    return import_whisper(FIX / "en" / "hf", tmp_path_factory.mktemp("ft") / "en")
+
+
+def _batch(data_root: Path, cfg):
+    import soundfile as sf
+
+    wavs = []
+    for uid in REF["utterances"]:
+        spk, chap, _ = uid.split("-")
+        path = next((data_root / "LibriSpeech").glob(f"*/{spk}/{chap}/{uid}.flac"))
+        wavs.append(torch.from_numpy(sf.read(path, dtype="float32")[0]))
+    feats = torch.stack(compute_features(wavs, cfg.data))
+    toks = REF["text_tokens"]
+    lens = torch.tensor([len(t) for t in toks])
+    tokens = torch.zeros(len(toks), int(lens.max()), dtype=torch.long)
+    for i, t in enumerate(toks):
+        tokens[i, : len(t)] = torch.tensor(t)
+    return feats, torch.full((len(toks),), feats.shape[1]), tokens, lens
+
+
+# transformers' name -> (asr's name, rows of it): the fused projections hold q, k, v (or k, v) in row blocks
+D = 8
+
+
+def _ours(name: str) -> tuple[str, slice]:
+    all_rows = slice(None)
+    table = {
+        "model.encoder.conv1.weight": ("frontend.conv1.weight", all_rows),
+        "model.encoder.conv2.bias": ("frontend.conv2.bias", all_rows),
+        "model.encoder.layers.0.self_attn.q_proj.weight": ("encoder.layers.0.attn.qkv.weight", slice(0, D)),
+        "model.encoder.layers.1.self_attn.k_proj.weight": ("encoder.layers.1.attn.qkv.weight", slice(D, 2 * D)),
+        "model.encoder.layers.1.fc1.weight": ("encoder.layers.1.ffn.0.weight", all_rows),
+        "model.encoder.layer_norm.weight": ("encoder.norm.weight", all_rows),
+        "model.decoder.layers.0.self_attn.v_proj.weight": ("decoder.layers.0.self_attn.qkv.weight", slice(2 * D, None)),
+        "model.decoder.layers.1.encoder_attn.q_proj.weight": ("decoder.layers.1.cross_attn.q.weight", all_rows),
+        "model.decoder.layers.1.encoder_attn.k_proj.weight": ("decoder.layers.1.cross_attn.kv.weight", slice(0, D)),
+        "model.decoder.layers.1.fc2.weight": ("decoder.layers.1.ffn.3.weight", all_rows),
+        "model.decoder.layer_norm.bias": ("decoder.norm.bias", all_rows),
+        "model.decoder.embed_positions.weight": ("decoder.pos.table", all_rows),
+    }
+    return table[name]
+
+
+def test_loss_and_gradients_equal_transformers(en_dir, data_root):
+    cfg = load_config(en_dir / "config.yaml")
+    assert cfg.model.prompt == REF["prompt"]
+    model = ASRModel(cfg.model)
+    load_init_weights(model, en_dir / "model.pt")
+    model.train()  # dropout 0 in an imported Whisper
+    feats, feat_lens, tokens, token_lens = _batch(data_root, cfg)
+    out = model(feats, feat_lens, tokens, token_lens)
+    n = int(REF["num_label_tokens"])
+    assert int(out["num_tokens"]) == n
+    loss = out["loss"] * feats.shape[0] / n  # transformers' mean over label tokens
+    rel_loss = abs(float(loss.detach()) - float(REF["loss"])) / abs(float(REF["loss"]))
+    loss.backward()
+    params = dict(model.named_parameters())
+    worst = 0.0
+    for name, ref in REF["grads"].items():
+        ours, rows = _ours(name)
+        g = params[ours].grad[rows][: ref.shape[0]]
+        worst = max(worst, float((g - ref).norm() / ref.norm()))
+    emb = params["decoder.embed.weight"].grad
+    rows = REF["embed_rows"]
+    worst = max(worst, float((emb[rows] - REF["embed_grad"]).norm() / REF["embed_grad"].norm()))
+    print(f"\nloss {float(loss.detach()):.6f} (transformers {float(REF['loss']):.6f}), relative {rel_loss:.1e}; "
+          f"gradients: worst relative difference {worst:.1e}")
+    assert rel_loss <= 1e-5
+    assert worst <= 1e-4
+
+
+def test_init_adds_a_fresh_ctc_head_and_freeze_keeps_tensors(en_dir, data_root):
+    cfg = load_config(en_dir / "config.yaml", ["model.ctc_head=true", "model.ctc_weight=0.3"])
+    model = ASRModel(cfg.model)
+    assert load_init_weights(model, en_dir / "model.pt") == ["ctc.bias", "ctc.weight"]
+    frozen = freeze(model, ["frontend.", "encoder."])
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    feats, feat_lens, tokens, token_lens = _batch(data_root, cfg)
+    losses = []
+    model.train()
+    for _ in range(4):
+        out = model(feats, feat_lens, tokens, token_lens)
+        out["loss"].backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(float(out["loss"].detach()))
+    after = dict(model.named_parameters())
+    assert frozen and all(torch.equal(before[k], after[k]) for k in frozen)
+    assert not torch.equal(before["ctc.weight"], after["ctc.weight"])
+    assert not torch.equal(before["decoder.norm.weight"], after["decoder.norm.weight"])
+    assert losses[-1] < losses[0], losses
+    with pytest.raises(ValueError, match="'decoder.nothing' names no parameter"):
+        freeze(model, ["decoder.nothing"])
+
+
+def test_init_refuses_a_tensor_of_another_shape(en_dir, tmp_path):
+    cfg = load_config(en_dir / "config.yaml")
+    state = torch.load(en_dir / "model.pt", weights_only=True)
+    state["decoder.norm.weight"] = torch.zeros(3)
+    torch.save(state, tmp_path / "bad.pt")
+    with pytest.raises(ValueError, match=r"'decoder\.norm\.weight' has shape \(3,\).*needs \(8,\)"):
+        load_init_weights(ASRModel(cfg.model), tmp_path / "bad.pt")
