@@ -251,6 +251,8 @@ class TrainConfig:
     # fine-tuning. Only a fresh run reads it (a resumed one continues its own checkpoint); its CMVN comes too
     # unless data.cmvn says otherwise. Tensors the config adds (a CTC head) start fresh and are named in the log
     freeze: list[str] = field(default_factory=list)  # parameter name prefixes kept fixed ("encoder.", "frontend.")
+    lr_scales: list[str] = field(default_factory=list)  # "PREFIX=F": parameters under PREFIX learn at F x lr (a fresh
+    # CTC head on a pretrained model: "ctc.=30")
 
     def validate(self, prefix: str = "train") -> None:
         _check(self.optimizer in ("adam", "adamw"), prefix, "optimizer", "'adam' or 'adamw'", self.optimizer)
@@ -266,6 +268,13 @@ class TrainConfig:
         for k in ("max_steps", "warmup_steps", "checkpoint_interval", "keep_best"):
             _check(getattr(self, k) >= 0, prefix, k, "an integer >= 0", getattr(self, k))
         _check(self.grad_clip >= 0, prefix, "grad_clip", "a value >= 0", self.grad_clip)
+        for item in self.lr_scales:
+            name, _, factor = str(item).partition("=")
+            try:
+                ok = bool(name) and float(factor) > 0
+            except ValueError:
+                ok = False
+            _check(ok, prefix, "lr_scales", "entries 'PREFIX=FACTOR' with FACTOR > 0, e.g. 'ctc.=30'", item)
 
 
 @dataclass
@@ -356,8 +365,28 @@ def _check(ok: bool, prefix: str, key: str, expected: str, got: Any) -> None:
         raise ConfigError(f"{prefix}.{key}: expected {expected}, got {got!r}")
 
 
-def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> Config:
-    """Read a YAML experiment file (missing sections take defaults), apply ``--set`` overrides, validate."""
-    data = read_config_file(path, "model/data/train/decode") if path is not None else {}
+def load_config(
+    path: str | os.PathLike | list[str | os.PathLike] | None = None, overrides: list[str] | None = None
+) -> Config:
+    """Read a YAML experiment file (missing sections take defaults), apply ``--set`` overrides, validate.
+
+    Several files are read in order, each key of a later one replacing the earlier's (a model
+    directory's config.yaml, then a fine-tuning recipe's data and train sections)."""
+    paths = list(path) if isinstance(path, (list, tuple)) else ([] if path is None else [path])
+    data: dict[str, Any] = {}
+    for p in paths:
+        for section, values in read_config_file(p, "model/data/train/decode").items():
+            if isinstance(values, dict) and isinstance(data.get(section), dict):
+                _merge(data[section], values)
+            else:
+                data[section] = values
     apply_overrides(data, overrides or [])
-    return build_config(Config, data, path)
+    return build_config(Config, data, " + ".join(map(str, paths)) or None)
+
+
+def _merge(into: dict[str, Any], new: dict[str, Any]) -> None:
+    for k, v in new.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        else:
+            into[k] = v

@@ -199,7 +199,7 @@ def test_errors_name_the_file_and_tensor(tmp_path):
     ckpt = torch.load(FIX / "en" / "openai.pt", weights_only=True)
     ckpt["model_state_dict"]["decoder.ln.weight"] = torch.zeros(5)
     torch.save(ckpt, tmp_path / "shape.pt")
-    with pytest.raises(WhisperImportError, match=r"'decoder\.ln\.weight' has shape \(5,\); the dims need \(8,\)"):
+    with pytest.raises(WhisperImportError, match=r"'decoder\.ln\.weight' has shape \(5,\), the dims need \(8,\)"):
         import_whisper(tmp_path / "shape.pt", tmp_path / "out2", tokenizer=FIX / "en" / "hf")
     assert not (tmp_path / "out2").exists()
     torch.save({"model": {}}, tmp_path / "foreign.pt")

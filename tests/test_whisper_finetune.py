@@ -134,3 +134,26 @@ def test_init_refuses_a_tensor_of_another_shape(en_dir, tmp_path):
     torch.save(state, tmp_path / "bad.pt")
     with pytest.raises(ValueError, match=r"'decoder\.norm\.weight' has shape \(3,\).*needs \(8,\)"):
         load_init_weights(ASRModel(cfg.model), tmp_path / "bad.pt")
+
+
+def test_librispeech_finetune_config_runs_two_steps(en_dir, data_root, tmp_path):
+    """configs/librispeech/whisper_finetune.yaml (for GPUs) after the imported model's config: two steps
+    on the shared LibriSpeech utterances, a CTC head added, the loss finite."""
+    import json
+
+    from asr.corpora.librispeech import prepare_librispeech
+    from asr.training.train import train
+
+    prepare_librispeech(data_root / "LibriSpeech", ["dev-clean", "test-clean"], tmp_path / "data", progress=False)
+    cfg = load_config(
+        [en_dir / "config.yaml", Path(__file__).parents[1] / "configs" / "librispeech" / "whisper_finetune.yaml"],
+        [f"train.init={en_dir}", f"data.tokenizer={en_dir}", f"data.train={tmp_path / 'data' / 'test-clean.jsonl'}",
+         f"data.dev={tmp_path / 'data' / 'dev-clean.jsonl'}", "train.max_steps=2", "data.num_workers=0",
+         "data.max_frames=4000", "train.dev_wer=false", "train.log_interval=1"],
+    )
+    assert cfg.model.ctc_head and cfg.model.d_model == 8 and cfg.train.lr_scales == ["ctc.=30"]
+    train(cfg, tmp_path / "exp", device="cpu")
+    steps = [json.loads(x) for x in (tmp_path / "exp" / "train_log.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in steps if "loss_att" in r]
+    assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
+    assert (tmp_path / "exp" / "tokenizer.json").is_file()

@@ -37,7 +37,9 @@ def add_train(sub: argparse._SubParsersAction) -> None:
         "train",
         help="train a model into exp/NAME (several processes: torchrun --nproc-per-node N -m asr train ...)",
     )
-    p.add_argument("--config", required=True, help="experiment YAML (model, data, train, decode sections)")
+    p.add_argument("--config", required=True, action="append",
+                   help="experiment YAML (model, data, train, decode sections); given again, a later file's keys "
+                        "replace an earlier's (a model directory's config.yaml, then a fine-tuning config)")
     p.add_argument("--out", required=True, help="experiment directory; it becomes a model directory")
     p.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="e.g. train.lr=0.001"

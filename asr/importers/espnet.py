@@ -41,6 +41,7 @@ import yaml
 from asr.config import ModelConfig
 from asr.importers.espnet_config import EspnetImportError, convert_config, read_yaml
 from asr.importers.sentencepiece_proto import reorder_pieces
+from asr.importers.tensor_map import gather_tensors
 from asr.text import Tokenizer
 
 __all__ = ["EspnetImportError", "EspnetFiles", "find_espnet_files", "convert_config", "convert_state_dict",
@@ -173,21 +174,9 @@ def convert_state_dict(
 ) -> dict[str, torch.Tensor]:
     """Our state dict (CMVN buffers from ``model``) from ESPnet's; the first misfit is named with both shapes."""
     own = model.state_dict()
-    out = {k: v for k, v in own.items() if k.startswith("cmvn.")}
-    used = set()
-    for ours, srcs in _name_map(model.cfg).items():
-        want = tuple(own[ours].shape)
-        part = (want[0] // len(srcs), *want[1:])
-        parts = []
-        for s in srcs:
-            if s not in theirs:
-                raise EspnetImportError(f"{where}: has no tensor {s!r}, which the config's model needs (shape {part})")
-            if tuple(theirs[s].shape) != part:
-                raise EspnetImportError(f"{where}: tensor {s!r} has shape {tuple(theirs[s].shape)}, the config's "
-                                        f"model needs {part}")
-            parts.append(theirs[s].float())
-            used.add(s)
-        out[ours] = torch.cat(parts, 0) if len(parts) > 1 else parts[0]
+    gathered, used = gather_tensors(own, _name_map(model.cfg).items(), theirs, where, EspnetImportError,
+                                    "the config's model needs")
+    out = {**{k: v for k, v in own.items() if k.startswith("cmvn.")}, **gathered}
     extra = sorted(k for k in set(theirs) - used if k not in _IGNORED)
     if extra:
         raise EspnetImportError(f"{where}: tensor {extra[0]!r} {tuple(theirs[extra[0]].shape)} has no place in the "

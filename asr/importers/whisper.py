@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 
 from asr.config import Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig
+from asr.importers.tensor_map import gather_tensors
 from asr.whisper_text import WHISPER_TOKENIZER_FILE, WhisperTokenizer, need_whisper_extra
 
 __all__ = ["WhisperImportError", "read_whisper", "import_whisper", "whisper_config", "to_asr_state", "to_openai_state"]
@@ -287,8 +288,7 @@ def whisper_config(dims: dict[str, int], tokenizer: WhisperTokenizer, ffn_dim: i
         max_target_len=dims["n_text_ctx"], sos_id=tokenizer.sot, eos_id=tokenizer.eot,
         blank_id=tokenizer.no_speech, prompt=tokenizer.prompt("en"),
     )
-    data = DataConfig(features="whisper", num_mel_bins=dims["n_mels"], pad_to=30.0, normalizer="none",
-                      specaugment=None)
+    data = DataConfig(features="whisper", num_mel_bins=dims["n_mels"], pad_to=30.0, normalizer="none")
     decode = DecodeConfig(mode="attention", beam_size=5, ctc_weight=0.0, rules="whisper", max_len_ratio=1.0)
     return Config(model=model, data=data, train=TrainConfig(), decode=decode).validate()
 
@@ -358,24 +358,8 @@ def to_asr_state(theirs: dict[str, torch.Tensor], model: torch.nn.Module, dims: 
     """``model``'s state dict from OpenAI-named tensors; a missing, misshapen or unused tensor is an
     error naming it and both shapes."""
     own = model.state_dict()
-    out = dict(own)  # CMVN stays the identity
-    used: set[str] = set()
-    for ours, srcs in _pairs(dims):
-        want = tuple(own[ours].shape)
-        part = (want[0] // len(srcs), *want[1:])
-        parts = []
-        for s in srcs:
-            if s == "":
-                parts.append(torch.zeros(part))
-                continue
-            if s not in theirs:
-                raise WhisperImportError(f"{where}: has no tensor {s!r}, which a Whisper of these dims needs ({part})")
-            if tuple(theirs[s].shape) != part:
-                raise WhisperImportError(f"{where}: tensor {s!r} has shape {tuple(theirs[s].shape)}; the dims need "
-                                         f"{part}")
-            parts.append(theirs[s].float())
-            used.add(s)
-        out[ours] = torch.cat(parts, 0) if len(parts) > 1 else parts[0]
+    gathered, used = gather_tensors(own, _pairs(dims), theirs, where, WhisperImportError, "the dims need")
+    out = {**own, **gathered}  # CMVN stays the identity
     extra = sorted(k for k in set(theirs) - used if k not in _IGNORED and not k.endswith("key.bias"))
     if extra:
         raise WhisperImportError(f"{where}: tensor {extra[0]!r} {tuple(theirs[extra[0]].shape)} has no place in a "

@@ -37,10 +37,18 @@ def build_optimizer(
     model: torch.nn.Module, tcfg: TrainConfig, total_steps: int
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """The optimiser over ``model``'s parameters and its schedule over ``total_steps`` updates."""
-    trained = [p for p in model.parameters() if p.requires_grad]  # train.freeze keeps the others fixed
-    decay = [p for p in trained if p.dim() >= 2]
-    no_decay = [p for p in trained if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": tcfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    scales = [(n, float(f)) for n, _, f in (str(s).partition("=") for s in tcfg.lr_scales)]
+
+    def scale_of(name: str) -> float:
+        return next((f for prefix, f in scales if name.startswith(prefix)), 1.0)
+
+    groups = []
+    for factor in sorted({1.0, *(f for _, f in scales)}):
+        trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad and scale_of(n) == factor]
+        decay = [p for n, p in trained if p.dim() >= 2]  # train.freeze keeps the ones not trained fixed
+        no_decay = [p for n, p in trained if p.dim() < 2]
+        groups += [{"params": decay, "weight_decay": tcfg.weight_decay, "lr": tcfg.lr * factor},
+                   {"params": no_decay, "weight_decay": 0.0, "lr": tcfg.lr * factor}]
     opt_cls = torch.optim.AdamW if tcfg.optimizer == "adamw" else torch.optim.Adam
     optimizer = opt_cls(groups, lr=tcfg.lr, betas=tuple(tcfg.betas), eps=tcfg.eps)
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, tcfg, total_steps))
