@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Create tools/peers/.venv-whisper with openai-whisper, transformers, CTranslate2 and faster-whisper next to
-# the repository's torch, for tests/make_whisper_fixtures.py only:
+# the repository's torch, for the Whisper fixtures and benchmarks only:
 #
 #   bash tools/peers/setup_whisper.sh
-#   tools/peers/.venv-whisper/bin/python tests/make_whisper_fixtures.py
+#   tools/peers/.venv-whisper/bin/python tests/make_whisper_fixtures.py          # random models, three forms
+#   tools/peers/.venv-whisper/bin/python tests/make_whisper_tiny_en_fixture.py   # the real tiny.en
+#   tools/peers/.venv-whisper/bin/python tools/bench_whisper.py                  # decoding speed
+#   tools/peers/.venv-whisper/bin/python tools/bench_whisper_train.py            # a fine-tuning step
 #
 # Nothing in `asr` imports these packages and CI does not install them (tests read the fixtures).
 # Like tools/peers/setup.sh, the venv sees the main venv's packages (torch, numpy, soundfile, ...) through
