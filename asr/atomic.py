@@ -10,11 +10,13 @@ import contextlib
 import logging
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_write", "atomic_write_text", "temporary_name", "remove_stale_temporaries"]
+__all__ = ["atomic_write", "atomic_write_text", "temporary_name", "remove_stale_temporaries", "staged_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -89,3 +91,23 @@ def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
         log.info("removed %d temporary file(s) a killed writer left in %s: %s", len(removed), d,
                  ", ".join(p.name for p in removed[:5]))  # fmt: skip
     return removed
+
+
+@contextlib.contextmanager
+def staged_dir(out: str | os.PathLike, error: type[Exception] = FileExistsError) -> Iterator[Path]:
+    """A temporary folder beside ``out`` that the caller fills; it becomes ``out`` (which must be
+    missing or empty, else ``error``) only if nothing failed, and is removed otherwise: a directory
+    that appears whole or not at all (the importers' model directories)."""
+    dest = Path(out)
+    if dest.exists() and any(dest.iterdir()):
+        raise error(f"{dest}: exists and is not empty")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        yield tmp
+        if dest.exists():
+            dest.rmdir()
+        tmp.rename(dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

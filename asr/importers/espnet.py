@@ -28,8 +28,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +36,7 @@ import numpy as np
 import torch
 import yaml
 
+from asr.atomic import staged_dir
 from asr.config import ModelConfig
 from asr.importers.espnet_config import EspnetImportError, convert_config, read_yaml
 from asr.importers.sentencepiece_proto import reorder_pieces
@@ -213,21 +212,10 @@ def staged_model_dir(out: str | os.PathLike, bpe: Path, tokens: list[str]) -> It
         sp_model = reorder_pieces(bpe.read_bytes(), tokens, str(bpe))
     except (ValueError, IndexError, UnicodeDecodeError) as e:
         raise EspnetImportError(f"{bpe}: {e}") from None
-    dest = Path(out)
-    if dest.exists() and any(dest.iterdir()):
-        raise EspnetImportError(f"{dest}: exists and is not empty")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    try:
+    with staged_dir(out, EspnetImportError) as tmp:
         (tmp / "tokenizer.model").write_bytes(sp_model)
         Tokenizer.load(tmp / "tokenizer.model")
         yield tmp
-        if dest.exists():
-            dest.rmdir()
-        tmp.rename(dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def import_espnet(

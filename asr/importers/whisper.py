@@ -32,11 +32,11 @@ import os
 import re
 import shutil
 import struct
-import tempfile
 from pathlib import Path
 
 import torch
 
+from asr.atomic import staged_dir
 from asr.config import Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig
 from asr.importers.tensor_map import gather_tensors
 from asr.whisper_text import WHISPER_TOKENIZER_FILE, WhisperTokenizer, need_whisper_extra
@@ -401,19 +401,9 @@ def import_whisper(src: str | os.PathLike, out: str | os.PathLike, tokenizer: st
     model = ASRModel(cfg.model)
     model.load_state_dict(to_asr_state(theirs, model, dims, str(src)))
     dest = Path(out)
-    if dest.exists() and any(dest.iterdir()):
-        raise WhisperImportError(f"{dest}: exists and is not empty")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    try:
+    with staged_dir(dest, WhisperImportError) as tmp:
         shutil.copyfile(tok_file, tmp / WHISPER_TOKENIZER_FILE)
         identity_cmvn(dims["n_mels"]).save(tmp / "cmvn.json")  # Whisper's features go in as they are
         save_model_dir(tmp, cfg, model.state_dict())
-        if dest.exists():
-            dest.rmdir()
-        tmp.rename(dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     log.info("imported %s (%d parameters) into %s", src, model.num_parameters(), dest)
     return dest
