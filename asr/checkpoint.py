@@ -72,12 +72,17 @@ def save_model_dir(
     d = Path(out)
     d.mkdir(parents=True, exist_ok=True)
     save_config(cfg, d / CONFIG_FILE)
-    tok_name = WHISPER_TOKENIZER_FILE if tokenizer_model and Path(tokenizer_model).suffix == ".json" else TOKENIZER_FILE
+    tok_name = tokenizer_file_name(tokenizer_model) if tokenizer_model else TOKENIZER_FILE
     for src, name in ((tokenizer_model, tok_name), (cmvn, CMVN_FILE)):
         if src is not None and Path(src).resolve() != (d / name).resolve():
             shutil.copyfile(src, d / name)
     atomic_save({k: v.detach().cpu() for k, v in state_dict.items()}, d / MODEL_FILE)
     return d
+
+
+def tokenizer_file_name(src: str | os.PathLike) -> str:
+    """The name a tokenizer file takes in a model directory: tokenizer.json (Whisper's) or tokenizer.model."""
+    return WHISPER_TOKENIZER_FILE if Path(src).suffix == ".json" else TOKENIZER_FILE
 
 
 def tokenizer_file(d: str | os.PathLike) -> Path | None:
@@ -122,13 +127,19 @@ def init_files(init: str | os.PathLike) -> tuple[Path, Path | None]:
     return weights, next((c for c in near if c.is_file()), None)
 
 
+def _model_state(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The weights in a model.pt, or in a training checkpoint (its ``model``)."""
+    state = safe_load(path)
+    if "model" in state and isinstance(state["model"], dict):  # a training checkpoint
+        state = state["model"]
+    return state
+
+
 def load_init_weights(model: torch.nn.Module, path: str | os.PathLike) -> list[str]:
     """Fine-tuning's start (``train.init``): every tensor of ``model`` that ``path`` holds is loaded; the
     ones it lacks (what the new config adds, a CTC head say) keep their fresh values and are returned
     by name. A tensor of another shape, or one the new model has no place for, is an error naming it."""
-    state = safe_load(path)
-    if "model" in state and isinstance(state["model"], dict):  # a training checkpoint
-        state = state["model"]
+    state = _model_state(path)
     own = model.state_dict()
     for name, t in state.items():
         if name not in own:
@@ -143,8 +154,6 @@ def load_init_weights(model: torch.nn.Module, path: str | os.PathLike) -> list[s
 
 def load_weights(model: torch.nn.Module, path: str | os.PathLike) -> None:
     """Load a model.pt (or a training checkpoint's model) into ``model``; a misfit names the first tensor."""
-    state = safe_load(path)
-    if "model" in state and isinstance(state["model"], dict):  # a training checkpoint
-        state = state["model"]
+    state = _model_state(path)
     check_state_fits(state, model, path)
     model.load_state_dict(state)

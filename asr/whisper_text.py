@@ -20,6 +20,7 @@ __all__ = ["WhisperTokenizer", "WHISPER_TOKENIZER_FILE", "whisper_english_normal
 WHISPER_TOKENIZER_FILE = "tokenizer.json"
 TIMESTAMPS = 1501  # <|0.00|> .. <|30.00|>, every 20 ms
 TIME_PRECISION = 0.02
+MULTILINGUAL_VOCAB = 51865  # Whisper's rule: a vocabulary this large has every language token
 
 # Whisper's "non-speech" symbols: a token that spells one of these alone (with or without a leading
 # space) is never emitted with the default suppression (openai-whisper's tokenizer defines the set).
@@ -75,6 +76,16 @@ class WhisperTokenizer:
         self.languages = [by_id[i][2:-2] for i in range(self.sot + 1, self.translate)]  # <|en|> ... in id order
         if not all(by_id[i].startswith("<|") for i in range(self.sot + 1, self.translate)):
             raise ValueError(f"{p}: the ids between <|startoftranscript|> and <|translate|> are not languages")
+
+    @classmethod
+    def for_model(cls, path: str | os.PathLike, vocab_size: int, model: str = "the model") -> WhisperTokenizer:
+        """The tokenizer of a Whisper model with ``vocab_size`` ids: multilingual at 51865 ids or more
+        (Whisper's rule); a tokenizer of another size is an error naming both."""
+        tok = cls(path, multilingual=vocab_size >= MULTILINGUAL_VOCAB)
+        if tok.vocab_size != vocab_size:
+            raise ValueError(f"{tok.path}: a tokenizer of {tok.vocab_size} ids (with timestamps); {model} has "
+                             f"{vocab_size}")
+        return tok
 
     @property
     def vocab_size(self) -> int:

@@ -58,7 +58,7 @@ def main() -> None:
         shutil.copy(tok_dir / "tokenizer.json", hf_dir / "tokenizer.json")
         ours_dir = import_whisper(hf_dir, Path(tmp) / "asr")
         acfg = load_config(ours_dir / "config.yaml")
-        tok = WhisperTokenizer(ours_dir, multilingual=False)
+        tok = WhisperTokenizer.for_model(ours_dir, acfg.model.vocab_size)
         texts = [tok.encode(u["text"].lower()) for u in utts]
         prompt = acfg.model.prompt
         # the batch, both ways: transformers' (decoder input, labels) and asr's (tokens, lengths)

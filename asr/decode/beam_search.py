@@ -221,18 +221,18 @@ def beam_search(
     detect = r.end_detect and max_len is None and max_len_ratio == 0
     raw = [[] for _ in range(b_total)] if detect else None  # (length, score) of the ended, for end detection
     cache = decoder.init_cache(memory[utts], mem_lens[utts])  # cross K/V once per utterance
-    first = torch.full((b,), model.sos_id, dtype=torch.long, device=dev)
-    if prompt is not None:  # the prompt's tokens before the last enter the cache; the last is the first input
+    if prompt is not None:
         prompt = prompt.select(utts)
-        for t in range(prompt.tokens.shape[1] - 1):
-            _, cache = decoder.step(prompt.tokens[:, t], cache, logits=False)
-        first = prompt.tokens[:, -1]
+    # (B, P): what the decoder reads first (sos, or the start-of-transcript sequence): all but the last
+    # token enter the cache, the last is the first input
+    start = prompt.tokens if prompt is not None else torch.tensor(model.start_tokens, device=dev).expand(b, -1)
+    cache = decoder.feed(start[:, :-1], cache)
     beams = _Beams(
         utts=utts,
         limits=limits,
         scores=scores,
         seqs=torch.zeros(b * w, 0, dtype=torch.long, device=dev),
-        tokens=first,
+        tokens=start[:, -1],
         cache=cache,
         ctc=scorer.initial_state(torch.arange(b, device=dev)) if scorer else None,
         lm_cache=lm.init_cache(b, dev) if lm is not None else None,

@@ -53,11 +53,9 @@ def greedy_search(
     if active.numel() == 0:
         return results
     cache = decoder.init_cache(memory[active], mem_lens[active])
-    prompt = getattr(model, "prompt", None) or [model.sos_id]  # a fine-tuned Whisper's start-of-transcript sequence
-    for t in prompt[:-1]:
-        _, cache = decoder.step(torch.full((active.numel(),), t, dtype=torch.long, device=memory.device), cache,
-                                logits=False)
-    tokens = torch.full((active.numel(),), prompt[-1], dtype=torch.long, device=memory.device)  # (N,)
+    start = torch.tensor(model.start_tokens, device=memory.device).expand(active.numel(), -1)  # (N, P): sos, or a
+    cache = decoder.feed(start[:, :-1], cache)  # fine-tuned Whisper's start-of-transcript sequence
+    tokens = start[:, -1]  # (N,)
     limits = limits[active]
     step = 0
     while active.numel() > 0:

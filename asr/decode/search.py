@@ -39,28 +39,27 @@ def _recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, cfg: DecodeC
     check_mode(model, cfg)  # before the encoder runs
     dev = feats.device
     memory, mem_lens = model.encode(feats, feat_lens)  # (B, S, D), (B,)
-    if cfg.rules == "whisper":
-        if not hasattr(tokenizer, "timestamp_begin"):
-            raise ValueError("decode.rules=whisper needs the model's Whisper tokenizer (its tokenizer.json)")
-        prompt = WhisperPrompt.build(model, memory, mem_lens, tokenizer, cfg.language, cfg.task, cfg.timestamps)
-        w = cfg.ctc_weight if model.ctc is not None else 0.0  # a fine-tuned Whisper with a CTC head: joint search
-        nbest = beam_search(model, memory, mem_lens, beam_size=cfg.beam_size, ctc_weight=w,
-                            max_len=model.cfg.max_target_len // 2, rules="whisper", prompt=prompt,
-                            patience=cfg.patience, lm=lm, lm_weight=cfg.lm_weight)
-        return [h[0] for h in nbest]
     if cfg.mode == "attention":
+        prompt = None
+        if cfg.rules == "whisper":  # the prompt (language detected where not given) and Whisper's filters
+            if not hasattr(tokenizer, "timestamp_begin"):
+                raise ValueError("decode.rules=whisper needs the model's Whisper tokenizer (its tokenizer.json)")
+            prompt = WhisperPrompt.build(model, memory, mem_lens, tokenizer, cfg.language, cfg.task, cfg.timestamps)
         nbest = beam_search(
             model,
             memory,
             mem_lens,
             beam_size=cfg.beam_size,
-            ctc_weight=cfg.ctc_weight,
+            ctc_weight=cfg.ctc_weight if model.ctc is not None else 0.0,  # no CTC head (an imported Whisper): none
             length_bonus=cfg.length_bonus,
             length_norm=cfg.length_norm,
+            max_len=model.cfg.max_target_len // 2 if prompt is not None else None,  # Whisper's sample_len
             max_len_ratio=cfg.max_len_ratio,
             lm=lm,
             lm_weight=cfg.lm_weight,
             rules=cfg.rules,
+            prompt=prompt,
+            patience=cfg.patience,
         )
         return [h[0] for h in nbest]
     lp = model.ctc_log_probs(memory)  # (B, S, V)

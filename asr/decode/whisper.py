@@ -44,7 +44,7 @@ class WhisperPrompt:
         if tokenizer.multilingual and not language:
             langs = detect_language(model, memory, mem_lens, tokenizer)
         else:
-            langs = [language or "en" if tokenizer.multilingual else "en"] * b  # English-only models: English
+            langs = [language or "en"] * b  # English-only models: English (their prompt names no language)
         prompts = [tokenizer.prompt(lang, task, timestamps) for lang in langs]
         return cls(
             tokens=torch.tensor(prompts, dtype=torch.long, device=dev),

@@ -392,10 +392,10 @@ def import_whisper(src: str | os.PathLike, out: str | os.PathLike, tokenizer: st
     if tok_file is None:
         raise WhisperImportError(f"{src}: carries no tokenizer.json; give one with --tokenizer (the tokenizer.json "
                                  "of the Hugging Face or faster-whisper folder of the same model)")
-    tok = WhisperTokenizer(tok_file, multilingual=dims["n_vocab"] >= 51865)
-    if tok.vocab_size != dims["n_vocab"]:
-        raise WhisperImportError(f"{tok_file}: a tokenizer of {tok.vocab_size} ids (with timestamps); the model "
-                                 f"{src} has {dims['n_vocab']}")
+    try:
+        tok = WhisperTokenizer.for_model(tok_file, dims["n_vocab"], f"the model {src}")
+    except ValueError as e:
+        raise WhisperImportError(str(e)) from None
     mlp = theirs.get("encoder.blocks.0.mlp.0.weight")
     cfg = whisper_config(dims, tok, mlp.shape[0] if mlp is not None else 4 * dims["n_audio_state"])
     model = ASRModel(cfg.model)

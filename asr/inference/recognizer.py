@@ -114,8 +114,5 @@ def _load_tokenizer(d: Path, cfg: Config, model) -> Tokenizer | WhisperTokenizer
     if cfg.decode.rules == "whisper" or cfg.data.features == "whisper":
         from asr.whisper_text import WHISPER_TOKENIZER_FILE, WhisperTokenizer
 
-        tok = WhisperTokenizer(d / WHISPER_TOKENIZER_FILE, multilingual=model.vocab_size >= 51865)
-        if tok.vocab_size != model.vocab_size:
-            raise ValueError(f"{d / WHISPER_TOKENIZER_FILE}: {tok.vocab_size} ids, the model {model.vocab_size}")
-        return tok
+        return WhisperTokenizer.for_model(d / WHISPER_TOKENIZER_FILE, model.vocab_size, f"the model {d}")
     return Tokenizer.load(d / TOKENIZER_FILE) if (d / TOKENIZER_FILE).is_file() else None

@@ -61,7 +61,7 @@ class ASRModel(nn.Module):
         self.sos_id = cfg.vocab_size - 1 if cfg.sos_id < 0 else cfg.sos_id
         self.eos_id = cfg.vocab_size - 1 if cfg.eos_id < 0 else cfg.eos_id
         self.blank_id = cfg.blank_id
-        self.prompt = list(cfg.prompt)
+        self.start_tokens = list(cfg.prompt) or [self.sos_id]  # what the decoder reads before the output
         pre = cfg.norm == "pre"
         whisper = cfg.positions == "whisper"
         self.cmvn = GlobalCMVN(cfg.input_dim)
@@ -129,7 +129,7 @@ class ASRModel(nn.Module):
         [prompt, y...] and the target [IGNORE_ID x (P - 1), y..., eos], each (B, P + U): the prompt
         is given, never predicted, so only the transcript and its end are learnt."""
         b = tokens.shape[0]
-        prompt = self.prompt or [self.sos_id]
+        prompt = self.start_tokens
         ys_in = torch.cat([tokens.new_tensor(prompt).expand(b, -1), tokens], dim=1)
         pos = torch.arange(tokens.shape[1] + 1, device=tokens.device).unsqueeze(0)  # (1, U + 1)
         ys_out = torch.cat([tokens, tokens.new_zeros(b, 1)], dim=1)

@@ -193,6 +193,13 @@ class Decoder(nn.Module):
             x = layer(x, self_keep, layer.cross_attn.project_kv(memory), keep)
         return self.logits(x)
 
+    def feed(self, tokens: torch.Tensor, cache: DecoderCache) -> DecoderCache:
+        """Feed ``tokens`` (N, P), a prompt per row, into the cache without computing logits: the
+        search then steps from the token after them."""
+        for t in range(tokens.shape[1]):
+            _, cache = self.step(tokens[:, t], cache, logits=False)
+        return cache
+
     def step(
         self, tokens: torch.Tensor, cache: DecoderCache, logits: bool = True
     ) -> tuple[torch.Tensor | None, DecoderCache]:

@@ -20,16 +20,14 @@ __all__ = ["build_optimizer", "lr_factor", "freeze"]
 def freeze(model: torch.nn.Module, prefixes: list[str]) -> list[str]:
     """Keep fixed every parameter whose name starts with one of ``prefixes`` (``train.freeze``, e.g.
     ``encoder.`` or ``frontend.``); returns their names. A prefix that names nothing is an error."""
-    names = []
+    params = dict(model.named_parameters())
     for prefix in prefixes:
-        hit = [n for n, p in model.named_parameters() if n.startswith(prefix)]
-        if not hit:
+        if not any(n.startswith(prefix) for n in params):
             raise ValueError(f"train.freeze: {prefix!r} names no parameter of the model (they start with "
-                             f"{', '.join(sorted({n.split('.')[0] + '.' for n, _ in model.named_parameters()}))})")
-        names += hit
-    for n, p in model.named_parameters():
-        if n in names:
-            p.requires_grad_(False)
+                             f"{', '.join(sorted({n.split('.')[0] + '.' for n in params}))})")
+    names = [n for n in params if n.startswith(tuple(prefixes))]
+    for n in names:
+        params[n].requires_grad_(False)
     return names
 
 

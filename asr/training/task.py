@@ -30,14 +30,12 @@ from pathlib import Path
 
 import torch
 
-from asr.checkpoint import CMVN_FILE, CONFIG_FILE, init_files, save_model_dir
+from asr.checkpoint import CMVN_FILE, CONFIG_FILE, init_files, save_model_dir, tokenizer_file_name
 from asr.config import Config, ConfigError, save_config
 from asr.data.dataset import collate
 from asr.data.pipeline import build_data, compute_cmvn, dummy_batch, make_loader, make_sampler
-from asr.text import TOKENIZER_FILE
 from asr.training.checkpoints import check_same_model
 from asr.training.runtime import DistEnv
-from asr.whisper_text import WHISPER_TOKENIZER_FILE
 
 __all__ = ["ASRTask"]
 
@@ -65,7 +63,7 @@ class ASRTask:
 
             if not cfg.model.vocab_size:
                 raise ConfigError("model.vocab_size: a Whisper model's (51864 English-only, 51865 or 51866)")
-            tokenizer = WhisperTokenizer(cfg.data.tokenizer or exp, multilingual=cfg.model.vocab_size >= 51865)
+            tokenizer = WhisperTokenizer.for_model(cfg.data.tokenizer or exp, cfg.model.vocab_size, "model.vocab_size")
         else:
             tokenizer = Tokenizer.load(cfg.data.tokenizer or exp)
         self.tokenizer = tokenizer
@@ -96,7 +94,7 @@ class ASRTask:
 
         save_config(self.cfg, exp / CONFIG_FILE)
         tok = self.tokenizer.model_path
-        dest = exp / (WHISPER_TOKENIZER_FILE if Path(tok).suffix == ".json" else TOKENIZER_FILE)
+        dest = exp / tokenizer_file_name(tok)
         if Path(tok).resolve() != dest.resolve():
             shutil.copyfile(tok, dest)
         if not (exp / CMVN_FILE).is_file():
