@@ -15,6 +15,7 @@ list. The CTranslate2 forms are written by ctranslate2's TransformersConverter f
 No peer's code is copied here.
 
     tools/peers/.venv-whisper/bin/python tests/make_whisper_fixtures.py    # regenerate everything
+    tools/peers/.venv-whisper/bin/python tests/make_whisper_fixtures.py --loss-only    # en/loss.pt alone
 
 The venv comes from tools/peers/setup_whisper.sh. CI never runs this script (it only reads its outputs).
 The whole output folder, tests/fixtures/whisper/, is deleted and rewritten; see its README.md.
@@ -465,16 +466,28 @@ N_LOSS = 2  # utterances in the fine-tuning batch of loss.pt
 
 
 def loss_reference(hf_dir: Path, wtok, mels: torch.Tensor, ids: list[str], texts: list[str]) -> dict:
-    """transformers' training loss and gradients of the Hugging Face model in hf_dir on one batch (loss.pt).
+    """transformers' training loss and gradients of the Hugging Face model in hf_dir on one batch (loss.pt),
+    in float32 as fine-tuning runs and again in float64 (`float64`: the same keys, the weights and input
+    features cast up), where rounding no longer hides a difference in the arithmetic; `input_features`: the
+    float32 log-mels both read.
 
     The batch is the first N_LOSS utterances: input_features their log-mels (`mels`, as for decoding);
     decoder_input_ids the prompt (sot sequence with <|notimestamps|>) + the transcript's tokens, right-padded
     with eot; labels -100 under the prompt but its last token, then the transcript's tokens and eot (label i is
     the token after input i), -100 under the padding. The model is in training mode with every dropout 0, so
     the loss and gradients are those of fine-tuning, deterministic."""
+    ref = _loss_reference(hf_dir, wtok, mels, ids, texts, torch.float32)
+    ref64 = _loss_reference(hf_dir, wtok, mels, ids, texts, torch.float64)
+    ref["float64"] = {k: ref64[k] for k in ("loss_tensor", "grads", "embed_grad", "grad_norm_total")}
+    ref["input_features"] = mels[:N_LOSS].float().clone()
+    return ref
+
+
+def _loss_reference(hf_dir: Path, wtok, mels: torch.Tensor, ids: list[str], texts: list[str],
+                    dtype: torch.dtype) -> dict:
     from transformers import WhisperForConditionalGeneration
 
-    model = WhisperForConditionalGeneration.from_pretrained(hf_dir, dtype=torch.float32)
+    model = WhisperForConditionalGeneration.from_pretrained(hf_dir, dtype=dtype)
     cfg = model.config
     zero = dict(dropout=cfg.dropout, attention_dropout=cfg.attention_dropout,
                 activation_dropout=cfg.activation_dropout, encoder_layerdrop=cfg.encoder_layerdrop,
@@ -496,7 +509,7 @@ def loss_reference(hf_dir: Path, wtok, mels: torch.Tensor, ids: list[str], texts
         mask.append([1] * (len(prompt) + len(t)) + [0] * pad)
     decoder_input_ids = torch.tensor(inputs, dtype=torch.int64)
     labels_t = torch.tensor(labels, dtype=torch.int64)
-    out = model(input_features=mels[:N_LOSS].float(), decoder_input_ids=decoder_input_ids,
+    out = model(input_features=mels[:N_LOSS].float().to(dtype), decoder_input_ids=decoder_input_ids,
                 decoder_attention_mask=torch.tensor(mask, dtype=torch.int64), labels=labels_t)
     out.loss.backward()
 
@@ -866,15 +879,17 @@ n_vocab 51864), `v3` multilingual like large-v3 (2 + 2 layers, 128 mels, n_vocab
   teacher forcing on `tokens` = sot sequence with <|notimestamps|> (v3: en, transcribe) + transcript
   (lower case, leading space) + eot: `logits_sub` = logits[:, ::7], `logsumexp`, `logits_argmax`.
 - `en/loss.pt`: transformers' fine-tuning loss and gradients of `en/hf/` (float32, `train()`, every dropout
-  0) on the first 2 utterances (`utterances`, `texts`): `input_features` their 80-mel log-mels as above (not
-  stored), `decoder_input_ids` = `prompt` (sot, notimestamps) + `text_tokens`, right-padded with eot,
+  0) on the first 2 utterances (`utterances`, `texts`): `input_features` their 80-mel log-mels as above
+  (stored, float32), `decoder_input_ids` = `prompt` (sot, notimestamps) + `text_tokens`, right-padded with eot,
   `decoder_attention_mask` 0 on the padding, `labels` = -100 under the prompt but its last token, the text
   tokens, eot, -100 under the padding; `loss` (float; `loss_tensor` float64) = the mean cross-entropy over
   the `num_label_tokens` labels; after `loss.backward()`: `grads` by HF parameter name (of
   `model.decoder.embed_positions.weight` the first L rows only), the token embedding's gradient (tied with
   proj_out, so the output layer's included) at the rows `embed_rows` (the ids in the inputs or labels) as
   `embed_grad`, `embed_grad_norm` (all its rows), `grad_norm_total` (2-norm over every parameter's
-  gradient; `no_grad_params`: the frozen encoder positions), `attn_implementation` (the one transformers chose).
+  gradient; `no_grad_params`: the frozen encoder positions), `attn_implementation` (the one transformers chose);
+  `float64`: `loss_tensor`, `grads`, `embed_grad` and `grad_norm_total` again with the model and
+  `input_features` cast to float64, where float32 rounding no longer hides a difference in the arithmetic.
 - `en/hf/`: the Hugging Face form of `en/openai.pt` (transformers' WhisperForConditionalGeneration,
   float32 safetensors, config, generation config built from openai-whisper's values) with its fast
   tokenizer (transformers' tiktoken converter of openai-whisper's encoding, with the 50,000 merges a BPE
@@ -915,5 +930,25 @@ tokenizer.json and vocabulary.json, are one blob; zlib-compressed).
     readme.write_text(text)
 
 
+def loss_only() -> None:
+    """Rewrite en/loss.pt alone from the en/hf/ already there (the rest of the folder is kept): the float32
+    part must come out as the file held it, bit for bit."""
+    import whisper
+
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    utts = utterances()[:N_LOSS]
+    ids = [u["id"] for u in utts]
+    texts = [transcript(u["text"]) for u in utts]
+    mels = torch.stack([whisper.log_mel_spectrogram(whisper.pad_or_trim(u["audio"]), n_mels=80) for u in utts])
+    old = torch.load(OUT / "en" / "loss.pt", weights_only=True)
+    loss = loss_reference(OUT / "en" / "hf", get_tokenizer(load_openai(OUT / "en" / "openai.pt")), mels, ids, texts)
+    assert torch.equal(old["loss_tensor"], loss["loss_tensor"]), "float32 loss changed"
+    assert all(torch.equal(old["grads"][k], loss["grads"][k]) for k in old["grads"]), "float32 gradients changed"
+    torch.save(loss, OUT / "en" / "loss.pt")
+    decode_json = json.loads((OUT / "decode.json").read_text())
+    write_readme(summarize(decode_json), decode_json["checks"])
+    print(f"en: loss.pt: float32 loss {loss['loss']:.9f}, float64 {float(loss['float64']['loss_tensor']):.12f}")
+
+
 if __name__ == "__main__":
-    main()
+    loss_only() if sys.argv[1:] == ["--loss-only"] else main()

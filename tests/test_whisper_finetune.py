@@ -6,7 +6,8 @@ random English-only fixture model: one batch of two LibriSpeech utterances (30-s
 input = Whisper's prompt (start of transcript, no-timestamps) + the text tokens, labels = the text tokens
 and end of text (the prompt's positions are not counted), dropout off. transformers averages the loss
 over the label tokens; asr sums it per utterance and averages over the batch, so asr's loss times
-B / tokens is transformers' (and so are the gradients).
+B / tokens is transformers' (and so are the gradients). It holds both in float32 and in float64, where
+rounding no longer hides a difference.
 """
 
 from __future__ import annotations
@@ -74,32 +75,46 @@ def _ours(name: str) -> tuple[str, slice]:
     return table[name]
 
 
+def _loss_and_gradients(model, feats, feat_lens, tokens, token_lens, ref) -> tuple[float, float]:
+    """Relative difference of the loss to transformers' (``ref``), and the worst relative difference
+    (2-norm) of the stored gradients, after one forward and backward of ``model`` on the batch."""
+    model.zero_grad(set_to_none=True)
+    out = model(feats, feat_lens, tokens, token_lens)
+    n = int(REF["num_label_tokens"])
+    assert int(out["num_tokens"]) == n
+    loss = out["loss"] * feats.shape[0] / n  # transformers' mean over label tokens
+    want = float(ref["loss_tensor"])
+    rel_loss = abs(float(loss.detach()) - want) / abs(want)
+    loss.backward()
+    params = dict(model.named_parameters())
+    worst = 0.0
+    for name, g_ref in ref["grads"].items():
+        ours, rows = _ours(name)
+        g = params[ours].grad[rows][: g_ref.shape[0]]
+        worst = max(worst, float((g.double() - g_ref.double()).norm() / g_ref.double().norm()))
+    emb = params["decoder.embed.weight"].grad[REF["embed_rows"]].double()
+    worst = max(worst, float((emb - ref["embed_grad"].double()).norm() / ref["embed_grad"].double().norm()))
+    return rel_loss, worst
+
+
 def test_loss_and_gradients_equal_transformers(en_dir, data_root):
+    """float32 from asr's own features (the fine-tuning path end to end: within rounding, which alone
+    reaches 1e-5 here: transformers' eager and sdpa attention differ by 1.1e-5 in these gradients);
+    float64 from the same input features as transformers': the arithmetic is the same to 1e-10."""
     cfg = load_config(en_dir / "config.yaml")
     assert cfg.model.prompt == REF["prompt"]
     model = ASRModel(cfg.model)
     load_init_weights(model, en_dir / "model.pt")
     model.train()  # dropout 0 in an imported Whisper
     feats, feat_lens, tokens, token_lens = _batch(data_root, cfg)
-    out = model(feats, feat_lens, tokens, token_lens)
-    n = int(REF["num_label_tokens"])
-    assert int(out["num_tokens"]) == n
-    loss = out["loss"] * feats.shape[0] / n  # transformers' mean over label tokens
-    rel_loss = abs(float(loss.detach()) - float(REF["loss"])) / abs(float(REF["loss"]))
-    loss.backward()
-    params = dict(model.named_parameters())
-    worst = 0.0
-    for name, ref in REF["grads"].items():
-        ours, rows = _ours(name)
-        g = params[ours].grad[rows][: ref.shape[0]]
-        worst = max(worst, float((g - ref).norm() / ref.norm()))
-    emb = params["decoder.embed.weight"].grad
-    rows = REF["embed_rows"]
-    worst = max(worst, float((emb[rows] - REF["embed_grad"]).norm() / REF["embed_grad"].norm()))
-    print(f"\nloss {float(loss.detach()):.6f} (transformers {float(REF['loss']):.6f}), relative {rel_loss:.1e}; "
-          f"gradients: worst relative difference {worst:.1e}")
-    assert rel_loss <= 1e-5
-    assert worst <= 1e-4
+    rel32, worst32 = _loss_and_gradients(model, feats, feat_lens, tokens, token_lens, REF)
+    model.double()
+    rel64, worst64 = _loss_and_gradients(model, REF["input_features"].transpose(1, 2).double(), feat_lens,
+                                         tokens, token_lens, REF["float64"])
+    print(f"\nfloat32: loss relative difference {rel32:.1e}, gradients worst {worst32:.1e}; "
+          f"float64: loss {rel64:.1e}, gradients {worst64:.1e}")
+    assert rel32 <= 1e-5 and worst32 <= 1e-4
+    assert rel64 <= 1e-10 and worst64 <= 1e-10
 
 
 def test_init_adds_a_fresh_ctc_head_and_freeze_keeps_tensors(en_dir, data_root):
