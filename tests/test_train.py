@@ -59,32 +59,6 @@ def test_word_errors():
 
 
 # ----------------------------------------------------------------------------- real-speech runs
-@pytest.fixture(scope="module")
-def corpus(data_root, tmp_path_factory) -> dict[str, Path]:
-    """Manifests of the 20 shortest LibriSpeech utterances (and the 8 shortest) + a char tokenizer."""
-    from asr.corpora.librispeech import prepare_librispeech
-    from asr.data.manifest import read_manifest, write_manifest
-    from asr.text import Tokenizer, normalize
-
-    d = tmp_path_factory.mktemp("corpus")
-    prepare_librispeech(data_root / "LibriSpeech", ["dev-clean", "test-clean", "test-other"], d)
-    recs = sorted(
-        (r for s in ("dev-clean", "test-clean", "test-other") for r in read_manifest(d / f"{s}.jsonl")),
-        key=lambda r: (r["duration"], r["id"]),
-    )
-    write_manifest(d / "mem20.jsonl", recs[:20])
-    write_manifest(d / "short8.jsonl", recs[:8])
-    write_manifest(d / "short4.jsonl", recs[:4])
-    Tokenizer.train([normalize(r["text"]) for r in recs[:20]], d / "tok", None, "char")
-    return {
-        "dir": d,
-        "mem20": d / "mem20.jsonl",
-        "short8": d / "short8.jsonl",
-        "short4": d / "short4.jsonl",
-        "tok": d / "tok",
-    }
-
-
 def write_config(path: Path, corpus, train_manifest: str, dev: str | None = None, **sections) -> Path:
     cfg = {
         "model": {**TINY_MODEL, "dropout": 0.0},

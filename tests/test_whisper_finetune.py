@@ -25,7 +25,6 @@ from asr.features import compute_features  # noqa: E402
 from asr.importers.whisper import import_whisper  # noqa: E402
 from asr.model import ASRModel  # noqa: E402
 from asr.training.optim import freeze  # noqa: E402
-from test_train import corpus  # noqa: E402, F401 (a fixture: the shortest LibriSpeech utterances)
 
 FIX = Path(__file__).parent / "fixtures" / "whisper"
 REF = torch.load(FIX / "en" / "loss.pt", weights_only=True)
