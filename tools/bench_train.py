@@ -54,12 +54,16 @@ def each_op(fn, visit) -> float:
 
 def uncounted_product_flops(fn) -> int:
     """FLOPs in ``fn`` of the products ``torch.utils.flop_counter`` does not count: ``asr.model.fast``'s
-    oneDNN products (x @ w^T, w (N, K)) and in-place ``addmm_`` (a weight gradient summed over chunks)."""
+    oneDNN products (x @ w^T, w (N, K)), in-place ``addmm_`` (a weight gradient summed over chunks) and
+    the CPU's fused attention (``scaled_dot_product_attention`` without dropout: Q K^T and P V forward,
+    four products of those shapes backward; its recomputation of Q K^T is not counted)."""
     import math
 
     import torch
 
     onednn, addmm_ = torch.ops.mkldnn._linear_pointwise.default, torch.ops.aten.addmm_.default
+    attn = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    attn_bwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
     total = 0
 
     def count(func, args, seconds) -> None:
@@ -69,6 +73,10 @@ def uncounted_product_flops(fn) -> int:
         elif func is addmm_:
             (m, k), n = args[1].shape, args[2].shape[1]
             total += 2 * m * k * n
+        elif func in (attn, attn_bwd):
+            q, k = args[:2] if func is attn else args[1:3]  # (B, H, L, d), (B, H, S, d)
+            products = 2 if func is attn else 4
+            total += products * 2 * math.prod(q.shape) * k.shape[-2]
 
     each_op(fn, count)
     return total

@@ -7,8 +7,14 @@ prompt's positions are not counted by either loss). transformers: WhisperForCond
 ``asr import whisper``, (a) on the same 30-second windows, the like-for-like comparison, and (b) on each
 utterance's real frames (``data.pad_to: 0``, what the FSDD recipe fine-tunes with). The weights are
 random (transformers' initialisation; speed does not depend on them). The steps alternate, three
-times each after one warm-up; the table gives the median and the ratio. Prints a Markdown table and
-a JSON line.
+times each after one warm-up; the table gives the median and the ratio. The process is set up as
+``asr train`` sets it up (``asr.speed.configure_process``: freed memory kept for the next step), which
+serves transformers' steps in the same process alike.
+
+Then the floor: each step's arithmetic (``torch.utils.flop_counter`` plus the products it leaves out,
+``bench_train.uncounted_product_flops``) at this CPU's rate on one 2048^3 float32 product (best of
+five), and the most any step on the 30-second windows could gain over transformers' at that rate.
+Prints two Markdown tables and a JSON line.
 
     tools/peers/.venv-whisper/bin/python tools/bench_whisper_train.py [--utterances 8] [--reps 3]
 """
@@ -33,6 +39,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     torch.set_num_threads(2)
+    from bench_train import product_rate, uncounted_product_flops
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from asr import speed
+
+    speed.configure_process()
     from transformers import WhisperConfig, WhisperForConditionalGeneration
 
     from asr.checkpoint import load_init_weights
@@ -105,19 +117,34 @@ def main() -> None:
         times: dict[str, list[float]] = {k: [] for k in steps}
         for f in steps.values():
             f()  # warm-up
+        flops = {}
+        for name, f in steps.items():
+            with FlopCounterMode(display=False) as fc:
+                flops[name] = uncounted_product_flops(f)
+            flops[name] += fc.get_total_flops()
         for _ in range(args.reps):
             for name, f in steps.items():
                 t0 = time.perf_counter()
                 f()
                 times[name].append(time.perf_counter() - t0)
+    rate = product_rate("fp32")
     med = {k: statistics.median(v) for k, v in times.items()}
     audio = sum(w.numel() for w in wavs) / 16000
     rows = [[k, f"{med[k]:.2f}", f"{med['transformers'] / med[k]:.2f}x"] for k in steps]
     common.print_table(f"one fine-tuning step (forward, backward, AdamW), tiny.en size, {len(wavs)} utterances "
                        f"({audio:.0f} s), fp32, 2 threads, {common.machine()}", ["", "s / step", "vs transformers"],
                        rows)
+    floor = {k: flops[k] / rate for k in steps}
+    rows = [[k, f"{flops[k] / 1e9:.0f}", f"{floor[k]:.2f}", f"{med[k]:.2f}", f"{floor[k] / med[k]:.0%}"]
+            for k in steps]
+    common.print_table(f"the floor: each step's arithmetic at {rate / 1e9:.0f} GFLOP/s (one 2048^3 float32 "
+                       f"product, best of five); at most {med['transformers'] / floor['asr, 30 s windows']:.2f}x "
+                       "transformers' step on the 30 s windows",
+                       ["", "GFLOP", "floor s", "measured s", "floor / measured"], rows)
     print(json.dumps({"cpu": common.machine(), "utterances": len(wavs), "seconds_per_step": med,
-                      "vs_transformers": {k: med["transformers"] / v for k, v in med.items()}}))
+                      "vs_transformers": {k: med["transformers"] / v for k, v in med.items()},
+                      "gflop_per_step": {k: v / 1e9 for k, v in flops.items()}, "product_gflops": rate / 1e9,
+                      "floor_s": floor}))
 
 
 if __name__ == "__main__":
