@@ -73,6 +73,8 @@ class ModelConfig:
     sos_id: int = -1  # the decoder's start token; -1: vocab_size - 1 (ours and ESPnet's <sos/eos>)
     eos_id: int = -1  # its end token; -1: vocab_size - 1
     blank_id: int = 0  # the CTC blank (ours and ESPnet's: 0; a Whisper model's CTC head: <|nospeech|>)
+    ctc_blank_bias: float = 0.0  # a fresh CTC head's initial bias for blank (the other biases keep Linear's init):
+    # over a large vocabulary (Whisper's 51,864) a head starting near uniform puts most of its mass off blank
     prompt: list[int] = field(default_factory=list)  # tokens the decoder reads before a transcript in training
     # (Whisper's start of transcript, language, task, no-timestamps); empty: sos alone
 

@@ -76,6 +76,9 @@ class ASRModel(nn.Module):
             cfg.max_source_len if whisper else 0,
         )
         self.ctc = Linear(cfg.d_model, cfg.vocab_size) if cfg.ctc_head else None
+        if self.ctc is not None and cfg.ctc_blank_bias:
+            with torch.no_grad():
+                self.ctc.bias[cfg.blank_id] = cfg.ctc_blank_bias
         self.decoder = (
             Decoder(
                 cfg.vocab_size, cfg.d_model, cfg.decoder_heads or cfg.heads, cfg.decoder_ffn_dim or cfg.ffn_dim,
