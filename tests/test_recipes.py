@@ -101,6 +101,34 @@ def test_librispeech_recipe_all_stages_and_restart(data_root, tmp_path):
 
 
 @pytest.mark.slow
+def test_librispeech_recipe_fine_tunes_a_whisper(data_root, tmp_path):
+    """--whisper: the random English-only Whisper of tests/fixtures/whisper (its Hugging Face form) imported,
+    fine-tuned two steps with configs/librispeech/whisper_finetune.yaml on the shared LibriSpeech
+    utterances, averaged, decoded jointly with its new CTC head under Whisper's rules, scored."""
+    pytest.importorskip("tokenizers", reason="the 'whisper' extra: pip install 'asr[whisper]'")
+    recipe = _copy_recipe(tmp_path, "librispeech")
+    hf = REPO / "tests" / "fixtures" / "whisper" / "en" / "hf"
+    args = [
+        "--corpus-dir", str(data_root), "--train-set", "test-other", "--dev-set", "dev-clean",
+        "--test-sets", "test-clean", "--ngpu", "0", "--whisper", str(hf), "--num-avg", "1",
+        "--set", "train.max_steps=2", "--set", "data.num_workers=0", "--set", "data.max_frames=4000",
+        "--set", "train.dev_wer=false",
+    ]  # fmt: skip
+    out = _run(recipe / "run.sh", *args)
+    for n in (0, 1, 3, 4, 5, 6, 7):
+        assert f"stage {n} (" in out, f"stage {n} did not run:\n{out}"
+    assert "stage 2 (" not in out  # no CMVN statistics: Whisper's log-mel is used as trained
+    exp = recipe / "exp" / "whisper_hf_test-other"
+    cfg = yaml.safe_load((exp / "avg1" / "config.yaml").read_text())
+    assert cfg["model"]["ctc_head"] and cfg["model"]["ctc_blank_bias"] == 11 and cfg["decode"]["rules"] == "whisper"
+    assert (exp / "avg1" / "tokenizer.json").is_file() and (recipe / "exp" / "hf" / "model.pt").is_file()
+    results = (exp / "RESULTS.md").read_text()
+    wer = json.loads((exp / "avg1" / "decode_test-clean" / "wer.json").read_text())
+    assert f"| test-clean | **{wer['wer']:.2f}** |" in results and wer["sentences"] == 5
+    assert "beam 5, CTC weight 0.3" in results
+
+
+@pytest.mark.slow
 def test_fsdd_recipe_stages_0_to_3_offline_on_the_bundled_corpus(tmp_path):
     """A fresh clone without internet: the bundled recordings are checked and used; a tampered one is named."""
     recipe = _copy_recipe(tmp_path, "fsdd")

@@ -3,6 +3,7 @@
 #
 #   bash recipes/librispeech/run.sh [--train-set train-clean-100|train-960] [--ngpu N] [--corpus-dir DIR]
 #                                   [--stage N] [--stop-stage M] [--force] [--set KEY=VALUE ...]
+#                                   [--whisper SRC [--whisper-tokenizer FILE]]
 #
 # Stages (each one `asr` command, each skipped when already done; logs in data/logs and exp/<exp>/logs):
 #   0 download the subsets from OpenSLR (resumable, MD5-checked; skips what --corpus-dir already has)
@@ -13,6 +14,11 @@
 #   5 average of the best checkpoints               -> exp/<exp>/avg<N>/
 #   6 decoding of the test sets (beam 10, CTC 0.3)
 #   7 scoring                                       -> exp/<exp>/RESULTS.md
+# With --whisper SRC (fine-tune a published Whisper: an OpenAI .pt, a Hugging Face or a CTranslate2 folder):
+#   2 nothing (Whisper's log-mel is normalised as it was trained)
+#   3 asr import whisper SRC (--whisper-tokenizer: a .pt's tokenizer.json) -> exp/<name of SRC>/
+#   4 fine-tuning: the imported config, then configs/librispeech/whisper_finetune.yaml (--config), from the
+#     imported weights with a fresh CTC head; 5-7 as above (average of the 5 best, beam 5, Whisper's rules)
 # With --lm (shallow fusion with a Transformer LM; configs/librispeech/lm_transformer.yaml):
 #   8 download the LM corpus (OpenSLR 11 librispeech-lm-norm.txt.gz, resumable, MD5-checked; or --lm-text FILE)
 #   9 LM training on it plus the training transcripts   -> exp/<lm-exp>/ (an LM directory)
@@ -44,6 +50,10 @@ lm_md5=""
 lm_weight=0.6
 lm_sets=()
 train_sets=()
+whisper=""            # a published Whisper to fine-tune instead of training from scratch
+whisper_tokenizer=""
+num_avg_set=false
+beam_size_set=false
 while (( $# )); do
   if parse_common_flag "$@"; then shift "$shift_by"; continue; fi
   case "$1" in
@@ -56,8 +66,10 @@ while (( $# )); do
     --exp) exp=$2; shift 2 ;;
     --ngpu) ngpu=$2; shift 2 ;;
     --vocab-size) vocab_size=$2; shift 2 ;;
-    --num-avg) num_avg=$2; shift 2 ;;
-    --beam-size) beam_size=$2; shift 2 ;;
+    --num-avg) num_avg=$2; num_avg_set=true; shift 2 ;;
+    --beam-size) beam_size=$2; beam_size_set=true; shift 2 ;;
+    --whisper) whisper=$(realpath "$2"); shift 2 ;;
+    --whisper-tokenizer) whisper_tokenizer=$(realpath "$2"); shift 2 ;;
     --ctc-weight) ctc_weight=$2; shift 2 ;;
     --set) train_sets+=(--set "$2"); shift 2 ;;
     --lm) use_lm=true; shift ;;
@@ -74,6 +86,13 @@ case "$train_set" in
   train-960) parts="train-clean-100 train-clean-360 train-other-500"; default_config=transformer_960h.yaml ;;
   *) parts=$train_set; default_config=transformer_100h.yaml ;;
 esac
+if [[ -n $whisper ]]; then  # Whisper's own defaults: the fine-tuning config keeps 5 checkpoints; beam 5
+  default_config=whisper_finetune.yaml
+  exp=${exp:-whisper_$(basename "$whisper" .pt)_${train_set}}
+  $num_avg_set || num_avg=5
+  $beam_size_set || beam_size=5
+  $use_lm && { echo "run.sh: --lm goes with a model of ours (a SentencePiece tokenizer), not --whisper" >&2; exit 2; }
+fi
 config=${config:-$repo/configs/librispeech/$default_config}
 exp=${exp:-$(basename "$config" .yaml)_${train_set}}
 cd "$here"
@@ -96,12 +115,22 @@ if [[ $train_set == train-960 && ! -f $data/train-960.jsonl ]] && (( stage <= 1 
     >"$data/train-960.jsonl.tmp" && mv "$data/train-960.jsonl.tmp" "$data/train-960.jsonl"
 fi
 
-run_stage 2 cmvn "$tdata/.done.cmvn" "$data/logs" -- \
-  "${ASR[@]}" cmvn --manifest "$data/$train_set.jsonl" --out "$tdata/cmvn.json"
+if [[ -n $whisper ]]; then
+  base=exp/$(basename "$whisper" .pt)
+  tok_args=()
+  [[ -n $whisper_tokenizer ]] && tok_args=(--tokenizer "$whisper_tokenizer")
+  run_stage 3 import "$base/.done.import" "$data/logs" -- \
+    "${ASR[@]}" import whisper "$whisper" --out "$base" "${tok_args[@]}"
+  model_args=(--config "$base/config.yaml" --config "$config" --set train.init="$base" --set data.tokenizer="$base")
+else
+  run_stage 2 cmvn "$tdata/.done.cmvn" "$data/logs" -- \
+    "${ASR[@]}" cmvn --manifest "$data/$train_set.jsonl" --out "$tdata/cmvn.json"
 
-run_stage 3 tokenizer "$tdata/.done.tokenizer" "$data/logs" -- \
-  "${ASR[@]}" tokenizer --manifest "$data/$train_set.jsonl" --vocab-size "$vocab_size" --model-type unigram \
-    --out "$tdata/tokenizer"
+  run_stage 3 tokenizer "$tdata/.done.tokenizer" "$data/logs" -- \
+    "${ASR[@]}" tokenizer --manifest "$data/$train_set.jsonl" --vocab-size "$vocab_size" --model-type unigram \
+      --out "$tdata/tokenizer"
+  model_args=(--config "$config" --set data.tokenizer="$tdata/tokenizer" --set data.cmvn="$tdata/cmvn.json")
+fi
 
 if (( ngpu > 1 )); then
   launcher=("$PYTHON" -m torch.distributed.run --standalone --nproc-per-node "$ngpu" -m asr)
@@ -109,9 +138,8 @@ else
   launcher=("${ASR[@]}")
 fi
 run_stage 4 train "$expdir/.done.train" "$expdir/logs" -- \
-  "${launcher[@]}" train --config "$config" --out "$expdir" \
-    --set data.train="$data/$train_set.jsonl" --set data.dev="$data/$dev_set.jsonl" \
-    --set data.tokenizer="$tdata/tokenizer" --set data.cmvn="$tdata/cmvn.json" "${train_sets[@]}"
+  "${launcher[@]}" train "${model_args[@]}" --out "$expdir" \
+    --set data.train="$data/$train_set.jsonl" --set data.dev="$data/$dev_set.jsonl" "${train_sets[@]}"
 
 run_stage 5 average "$model/.done.average" "$expdir/logs" -- \
   "${ASR[@]}" average --exp "$expdir" --num "$num_avg" --by best --out "$model"
