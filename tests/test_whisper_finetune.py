@@ -183,15 +183,7 @@ def test_sigkill_mid_epoch_then_resume_is_bit_identical(en_dir, corpus, tmp_path
     """Fine-tuning from an imported Whisper (train.init, a fresh CTC head, the encoder frozen, a learning
     rate scale, dropout, SpecAugment, speed perturbation, a loader worker) killed mid-epoch, then resumed:
     the same weights and losses as the uninterrupted run. Resuming reads the checkpoint, not train.init."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
-    from test_train import _wait_for, read_log, run_cli, weights
-
-    from asr.checkpoint import safe_load
-    from asr.training.checkpoints import list_checkpoints
+    from test_train import kill_resume_and_compare, read_log
 
     sets = [
         f"train.init={en_dir}", f"data.train={corpus['short8']}", f"data.tokenizer={en_dir}", "data.dev=''",
@@ -202,25 +194,6 @@ def test_sigkill_mid_epoch_then_resume_is_bit_identical(en_dir, corpus, tmp_path
         "train.precision=fp32", "train.freeze=[encoder.]", "train.lr_scales=[ctc.=30]",
     ]
     args = ["train", "--config", str(en_dir / "config.yaml")] + [a for s in sets for a in ("--set", s)]
-    ref = run_cli([*args, "--out", str(tmp_path / "ref")], timeout=300)
-    assert ref.returncode == 0, ref.stderr[-3000:]
-
-    exp = tmp_path / "killed"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "asr", *args, "--out", str(exp)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_for(exp / "checkpoints" / "step_10.pt", proc)  # epoch 2 is steps 9-16: step 10 is mid-epoch
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=60)
-    newest = list_checkpoints(exp)[-1]
-    assert newest["kind"] == "step" and newest["epoch"] == 1, "the kill did not land mid-epoch"
-    assert safe_load(newest["path"])["sampler"]["pos"] > 0
-
-    resumed = run_cli([*args, "--out", str(exp)], timeout=300)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resuming" in resumed.stderr
-    w_ref, w_res = weights(tmp_path / "ref"), weights(exp)
-    assert w_ref.keys() == w_res.keys() and "ctc.weight" in w_ref
-    assert all(torch.equal(w_ref[k], w_res[k]) for k in w_ref), "resumed weights differ from the uninterrupted run"
-    losses = lambda e: [(r["step"], r["loss"]) for r in read_log(e) if r["kind"] == "train"]  # noqa: E731
-    assert losses(exp) == losses(tmp_path / "ref") and len(losses(exp)) == 24
+    w = kill_resume_and_compare(args, tmp_path)
+    assert "ctc.weight" in w
+    assert len([r for r in read_log(tmp_path / "killed") if r["kind"] == "train"]) == 24
