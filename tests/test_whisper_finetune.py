@@ -197,3 +197,20 @@ def test_sigkill_mid_epoch_then_resume_is_bit_identical(en_dir, corpus, tmp_path
     w = kill_resume_and_compare(args, tmp_path)
     assert "ctc.weight" in w
     assert len([r for r in read_log(tmp_path / "killed") if r["kind"] == "train"]) == 24
+
+
+def test_train_init_flag_defaults_to_the_model_directorys_config(en_dir, corpus, tmp_path):
+    """`asr train --init DIR` without --config: DIR's config.yaml, DIR's weights, a CTC head added fresh."""
+    from test_train import read_log, run_cli
+
+    sets = [f"data.train={corpus['short4']}", f"data.tokenizer={en_dir}", "data.dev=''", "model.ctc_head=true",
+            "model.ctc_weight=0.3", "data.pad_to=0", "data.normalizer=lower", "train.max_steps=1",
+            "train.dev_wer=false", "train.precision=fp32", "train.log_interval=1"]
+    out = run_cli(["train", "--init", str(en_dir), "--out", str(tmp_path / "ft")]
+                  + [a for s in sets for a in ("--set", s)], timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"initialised from {en_dir / 'model.pt'}" in out.stderr
+    assert "new, from scratch: ctc.bias, ctc.weight" in out.stderr
+    assert [r["step"] for r in read_log(tmp_path / "ft") if r["kind"] == "train"] == [1]
+    none = run_cli(["train", "--out", str(tmp_path / "x")])
+    assert none.returncode != 0 and "--config is required (or --init MODEL_DIR" in none.stderr

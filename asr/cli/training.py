@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 
 def add_info(sub: argparse._SubParsersAction) -> None:
@@ -37,9 +38,13 @@ def add_train(sub: argparse._SubParsersAction) -> None:
         "train",
         help="train a model into exp/NAME (several processes: torchrun --nproc-per-node N -m asr train ...)",
     )
-    p.add_argument("--config", required=True, action="append",
+    p.add_argument("--config", action="append",
                    help="experiment YAML (model, data, train, decode sections); given again, a later file's keys "
-                        "replace an earlier's (a model directory's config.yaml, then a fine-tuning config)")
+                        "replace an earlier's (a model directory's config.yaml, then a fine-tuning config); "
+                        "default with --init: that model directory's config.yaml")
+    p.add_argument("--init", metavar="MODEL_DIR",
+                   help="fine-tune: start from this model directory's weights (train.init; an imported Whisper or "
+                        "ESPnet model, or one of ours); tensors the config adds start fresh and are named")
     p.add_argument("--out", required=True, help="experiment directory; it becomes a model directory")
     p.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="e.g. train.lr=0.001"
@@ -88,7 +93,13 @@ def run_train(args: argparse.Namespace) -> int:
     from asr.config import load_config
 
     rank = quiet_other_ranks()
-    cfg = load_config(args.config, args.overrides)
+    configs, overrides = args.config, args.overrides
+    if args.init:
+        configs = configs or [str(Path(args.init) / "config.yaml")]
+        overrides = [f"train.init={args.init}", *overrides]  # a --set train.init given too comes later and wins
+    if not configs:
+        raise SystemExit("asr train: --config is required (or --init MODEL_DIR, whose config.yaml is the default)")
+    cfg = load_config(configs, overrides)
     return train_and_report(cfg, args, rank, "asr train", "model directory", ("dev_loss", "dev_acc", "dev_wer"))
 
 
