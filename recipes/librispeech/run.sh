@@ -39,8 +39,8 @@ config=""
 exp=""
 ngpu=$(command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | wc -l || echo 0)
 vocab_size=5000       # unigram 5000 as in ESPnet's librispeech_100 and the 960 h recipes
-num_avg=10
-beam_size=10
+num_avg=""           # default 10 (--whisper: 5, the checkpoints its config keeps)
+beam_size=""         # default 10 (--whisper: 5, Whisper's)
 ctc_weight=0.3
 use_lm=false
 lm_config=""
@@ -52,8 +52,6 @@ lm_sets=()
 train_sets=()
 whisper=""            # a published Whisper to fine-tune instead of training from scratch
 whisper_tokenizer=""
-num_avg_set=false
-beam_size_set=false
 while (( $# )); do
   if parse_common_flag "$@"; then shift "$shift_by"; continue; fi
   case "$1" in
@@ -66,8 +64,8 @@ while (( $# )); do
     --exp) exp=$2; shift 2 ;;
     --ngpu) ngpu=$2; shift 2 ;;
     --vocab-size) vocab_size=$2; shift 2 ;;
-    --num-avg) num_avg=$2; num_avg_set=true; shift 2 ;;
-    --beam-size) beam_size=$2; beam_size_set=true; shift 2 ;;
+    --num-avg) num_avg=$2; shift 2 ;;
+    --beam-size) beam_size=$2; shift 2 ;;
     --whisper) whisper=$(realpath "$2"); shift 2 ;;
     --whisper-tokenizer) whisper_tokenizer=$(realpath "$2"); shift 2 ;;
     --ctc-weight) ctc_weight=$2; shift 2 ;;
@@ -89,10 +87,12 @@ esac
 if [[ -n $whisper ]]; then  # Whisper's own defaults: the fine-tuning config keeps 5 checkpoints; beam 5
   default_config=whisper_finetune.yaml
   exp=${exp:-whisper_$(basename "$whisper" .pt)_${train_set}}
-  $num_avg_set || num_avg=5
-  $beam_size_set || beam_size=5
+  num_avg=${num_avg:-5}
+  beam_size=${beam_size:-5}
   $use_lm && { echo "run.sh: --lm goes with a model of ours (a SentencePiece tokenizer), not --whisper" >&2; exit 2; }
 fi
+num_avg=${num_avg:-10}
+beam_size=${beam_size:-10}
 config=${config:-$repo/configs/librispeech/$default_config}
 exp=${exp:-$(basename "$config" .yaml)_${train_set}}
 cd "$here"
